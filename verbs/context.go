@@ -1,0 +1,475 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tbrdma/tbrdma/transport"
+	"github.com/tbrdma/tbrdma/transport/wire"
+	"github.com/tbrdma/tbrdma/verbs/internal/mem"
+)
+
+// Limits of a soft device (ibv_query_device).
+const (
+	MaxQP           = 4096
+	MaxMR           = 65536
+	MaxQPWR         = 16384
+	MaxSGE          = 32
+	MaxInlineData   = 256
+	MaxCQE          = 1 << 20
+	MaxRdAtomic     = 128
+	MaxMessageSize  = 1 << 31
+	MaxSRQWR        = 16384
+	firstQPN        = 0x11
+	defaultRingSize = 256
+)
+
+// Options configure a Context.
+type Options struct {
+	// Conn carries the context's packets. It defaults to a UDP endpoint on
+	// Addr:4791.
+	Conn transport.Conn
+	// Addr is the local address for the default UDP endpoint.
+	Addr netip.Addr
+	// ActiveMTU is the port's active IB MTU; it defaults to 4096.
+	ActiveMTU MTU
+	// Logger receives debug and error messages; nil means silent.
+	Logger *slog.Logger
+}
+
+// Context is an open soft RDMA device (struct ibv_context): it owns the
+// transport endpoint, the memory region table and every QP, CQ and SRQ
+// created on it. Its methods are safe for concurrent use.
+type Context struct {
+	conn      transport.Conn
+	local     netip.AddrPort
+	gid       GID
+	activeMTU MTU
+	log       *slog.Logger
+	mrs       *mem.Table
+
+	mu      sync.RWMutex
+	qps     map[QPN]*QP
+	nextQPN QPN
+	nextPD  uint32
+	closed  bool
+
+	outMu   sync.Mutex
+	out     []transport.Message
+	flushMu sync.Mutex
+	spare   []transport.Message
+	bufs    sync.Pool
+
+	async    chan AsyncEvent
+	done     chan struct{}
+	loopDone chan struct{}
+
+	Counters Counters
+}
+
+// Counters are the per-device event counters.
+type Counters struct {
+	RcvdPackets   atomic.Uint64
+	SentPackets   atomic.Uint64
+	Retransmits   atomic.Uint64 // packets sent again by go-back-N
+	Timeouts      atomic.Uint64 // retransmit timer expiries
+	NAKsSent      atomic.Uint64
+	NAKsRcvd      atomic.Uint64
+	RNRNAKsSent   atomic.Uint64
+	RNRNAKsRcvd   atomic.Uint64
+	DupRequests   atomic.Uint64
+	DropUnknownQP atomic.Uint64
+	DropState     atomic.Uint64 // QP not in a state that accepts the packet
+	DropAddr      atomic.Uint64 // source address is not the QP's peer
+	DropQKey      atomic.Uint64
+	DropPKey      atomic.Uint64
+	DropMalformed atomic.Uint64
+	DropSeq       atomic.Uint64 // out-of-sequence packets dropped after a NAK
+	DropResponse  atomic.Uint64 // unexpected or out-of-order responses
+}
+
+// maxPacket is the largest packet a context builds: headers, a 4096-byte
+// payload, pad and ICRC.
+const maxPacket = wire.MaxHeaderRoom + 4096 + 8
+
+// NewContext opens a context on opts.Conn, or on a UDP endpoint at
+// opts.Addr:4791.
+func NewContext(opts *Options) (*Context, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	conn := opts.Conn
+	if conn == nil {
+		if !opts.Addr.IsValid() {
+			return nil, errors.New("verbs: no transport: set Options.Conn or Options.Addr to an interface address")
+		}
+		c, err := transport.Open(netip.AddrPortFrom(opts.Addr, wire.UDPPort), nil)
+		if err != nil {
+			return nil, err
+		}
+		conn = c
+	}
+	mtu := opts.ActiveMTU
+	if mtu == 0 {
+		mtu = MTU4096
+	}
+	if !mtu.Valid() {
+		return nil, fmt.Errorf("verbs: invalid active MTU %d", mtu)
+	}
+	local := conn.LocalAddr()
+	c := &Context{
+		conn:      conn,
+		local:     local,
+		gid:       wire.GIDFromAddr(local.Addr()),
+		activeMTU: mtu,
+		log:       opts.Logger,
+		mrs:       mem.New(MaxMR),
+		qps:       make(map[QPN]*QP),
+		nextQPN:   firstQPN,
+		async:     make(chan AsyncEvent, 64),
+		done:      make(chan struct{}),
+		loopDone:  make(chan struct{}),
+	}
+	if c.log == nil {
+		c.log = slog.New(discardHandler{})
+	}
+	c.bufs.New = func() any { b := make([]byte, 0, maxPacket); return &b }
+	go c.recvLoop()
+	return c, nil
+}
+
+type discardHandler struct{}
+
+func (discardHandler) Enabled(context.Context, slog.Level) bool  { return false }
+func (discardHandler) Handle(context.Context, slog.Record) error { return nil }
+func (d discardHandler) WithAttrs([]slog.Attr) slog.Handler      { return d }
+func (d discardHandler) WithGroup(string) slog.Handler           { return d }
+
+// GID returns the context's GID (index 0 of its GID table).
+func (c *Context) GID() GID { return c.gid }
+
+// LocalAddr returns the UDP address the context receives on.
+func (c *Context) LocalAddr() netip.AddrPort { return c.local }
+
+// ActiveMTU returns the port's active MTU.
+func (c *Context) ActiveMTU() MTU { return c.activeMTU }
+
+// Close destroys every QP (flushing outstanding work), stops the receive
+// loop and closes the transport. It is idempotent.
+func (c *Context) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	qps := make([]*QP, 0, len(c.qps))
+	for _, qp := range c.qps {
+		qps = append(qps, qp)
+	}
+	c.mu.Unlock()
+	for _, qp := range qps {
+		qp.Close()
+	}
+	close(c.done)
+	err := c.conn.Close()
+	<-c.loopDone
+	return err
+}
+
+// AsyncEvent is an asynchronous event (struct ibv_async_event).
+type AsyncEvent struct {
+	Type AsyncEventType
+	QP   *QP
+	SRQ  *SRQ
+	CQ   *CQ
+}
+
+// AsyncEventType names an asynchronous event (enum ibv_event_type).
+type AsyncEventType uint8
+
+const (
+	EventCQErr            AsyncEventType = 0
+	EventQPFatal          AsyncEventType = 1
+	EventQPReqErr         AsyncEventType = 2
+	EventQPAccessErr      AsyncEventType = 3
+	EventCommEst          AsyncEventType = 4
+	EventSQDrained        AsyncEventType = 5
+	EventSRQLimitReached  AsyncEventType = 13
+	EventQPLastWQEReached AsyncEventType = 15
+)
+
+// GetAsyncEvent waits for the next asynchronous event.
+func (c *Context) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
+	select {
+	case ev := <-c.async:
+		return ev, nil
+	case <-ctx.Done():
+		return AsyncEvent{}, ctx.Err()
+	case <-c.done:
+		return AsyncEvent{}, ErrClosed
+	}
+}
+
+func (c *Context) postAsync(ev AsyncEvent) {
+	select {
+	case c.async <- ev:
+	default:
+	}
+}
+
+// PD is a protection domain (struct ibv_pd).
+type PD struct {
+	ctx *Context
+	id  uint32
+}
+
+// AllocPD allocates a protection domain.
+func (c *Context) AllocPD() (*PD, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	c.nextPD++
+	return &PD{ctx: c, id: c.nextPD}, nil
+}
+
+// Context returns the context the PD belongs to.
+func (pd *PD) Context() *Context { return pd.ctx }
+
+// Close deallocates the PD. (Resources created on it stay valid; tbrdma
+// does not track them per PD.)
+func (pd *PD) Close() error { return nil }
+
+// MR is a registered memory region (struct ibv_mr).
+type MR struct {
+	pd     *PD
+	region *mem.Region
+	closed atomic.Bool
+}
+
+// RegMR registers buf for the given access rights. The MR's LKey names it
+// in local scatter/gather lists and its RKey (equal to LKey) in remote
+// requests from peers, at addresses Addr() .. Addr()+len(buf). The caller
+// must not let buf be garbage collected or reused for anything else until
+// Deregister returns. REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE,
+// as in ibverbs.
+func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
+	if len(buf) == 0 {
+		return nil, fmt.Errorf("verbs: register MR: empty buffer: %w", ErrInvalidArgument)
+	}
+	if access&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic) != 0 {
+		return nil, fmt.Errorf("verbs: register MR: unknown access flags %#x: %w", uint32(access), ErrInvalidArgument)
+	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+		return nil, fmt.Errorf("verbs: register MR: %v needs LOCAL_WRITE: %w", access, ErrInvalidArgument)
+	}
+	r, ok := pd.ctx.mrs.Register(buf, uint32(access), pd.id)
+	if !ok {
+		return nil, fmt.Errorf("verbs: register MR: %d regions registered, the device maximum: %w", MaxMR, ErrResourceLimit)
+	}
+	return &MR{pd: pd, region: r}, nil
+}
+
+// LKey returns the local key.
+func (mr *MR) LKey() LKey { return LKey(mr.region.Key) }
+
+// RKey returns the remote key.
+func (mr *MR) RKey() RKey { return RKey(mr.region.Key) }
+
+// Addr returns the virtual address of the region's first byte.
+func (mr *MR) Addr() uint64 { return mr.region.VA }
+
+// Len returns the length of the region.
+func (mr *MR) Len() int { return len(mr.region.Buf) }
+
+// Buf returns the registered buffer.
+func (mr *MR) Buf() []byte { return mr.region.Buf }
+
+// Access returns the region's access rights.
+func (mr *MR) Access() AccessFlags { return AccessFlags(mr.region.Access) }
+
+// SGE returns a scatter/gather element for n bytes at offset off.
+func (mr *MR) SGE(off, n int) SGE {
+	return SGE{Addr: mr.region.VA + uint64(off), Length: uint32(n), LKey: mr.LKey()}
+}
+
+// Deregister removes the registration. Once it returns, remote accesses
+// with the RKey fail with REM_ACCESS_ERR and no access is in progress. It
+// is idempotent.
+func (mr *MR) Deregister() error {
+	if mr.closed.Swap(true) {
+		return nil
+	}
+	mr.pd.ctx.mrs.Deregister(mr.region.Key)
+	return nil
+}
+
+// Close is Deregister.
+func (mr *MR) Close() error { return mr.Deregister() }
+
+// AH is an address handle for UD sends (struct ibv_ah).
+type AH struct {
+	attr AHAttr
+	dst  netip.AddrPort
+}
+
+// AHAttr describes a remote port (struct ibv_ah_attr with its GRH).
+type AHAttr struct {
+	DGID         GID
+	SGIDIndex    uint8
+	HopLimit     uint8
+	TrafficClass uint8
+	FlowLabel    uint32
+	PortNum      uint8
+	// UDPPort is the peer's RoCEv2 UDP port; 0 means 4791. Only tbrdma
+	// peers listen anywhere else.
+	UDPPort uint16
+}
+
+func (a *AHAttr) addr() netip.AddrPort {
+	port := a.UDPPort
+	if port == 0 {
+		port = wire.UDPPort
+	}
+	return netip.AddrPortFrom(a.DGID.Addr(), port)
+}
+
+// CreateAH creates an address handle.
+func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
+	if attr.DGID.IsZero() {
+		return nil, fmt.Errorf("verbs: create AH: zero destination GID: %w", ErrInvalidArgument)
+	}
+	return &AH{attr: attr, dst: attr.addr()}, nil
+}
+
+// Attr returns the attributes the AH was created with.
+func (ah *AH) Attr() AHAttr { return ah.attr }
+
+// Errors.
+var (
+	ErrClosed          = errors.New("verbs: closed")
+	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidState    = errors.New("invalid state")
+	ErrResourceLimit   = errors.New("resource limit reached")
+	ErrQueueFull       = errors.New("queue full")
+)
+
+// StateError reports a QP operation that its state does not allow.
+type StateError struct {
+	QPN      QPN
+	From, To QPState
+	Msg      string
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("verbs: QP %v: %v -> %v: %s", e.QPN, e.From, e.To, e.Msg)
+}
+
+func (e *StateError) Unwrap() error { return ErrInvalidState }
+
+// --- packet I/O -------------------------------------------------------------
+
+func (c *Context) getBuf() []byte {
+	return (*c.bufs.Get().(*[]byte))[:0]
+}
+
+func (c *Context) putBuf(b []byte) {
+	b = b[:0]
+	c.bufs.Put(&b)
+}
+
+// queue adds a built packet to the outgoing batch; flush sends it.
+func (c *Context) queue(pkt []byte, dst netip.AddrPort) {
+	c.outMu.Lock()
+	c.out = append(c.out, transport.Message{Buf: pkt, Addr: dst})
+	c.outMu.Unlock()
+}
+
+// flush sends every queued packet.
+func (c *Context) flush() {
+	c.flushMu.Lock()
+	defer c.flushMu.Unlock()
+	for {
+		c.outMu.Lock()
+		batch := c.out
+		c.out = c.spare[:0]
+		c.outMu.Unlock()
+		if len(batch) == 0 {
+			c.spare = batch
+			return
+		}
+		for off := 0; off < len(batch); {
+			n, err := c.conn.WriteBatch(batch[off:])
+			if err != nil {
+				c.log.Debug("send failed", "err", err, "packets", len(batch)-off)
+				break
+			}
+			off += n
+		}
+		c.Counters.SentPackets.Add(uint64(len(batch)))
+		for i := range batch {
+			c.putBuf(batch[i].Buf)
+			batch[i] = transport.Message{}
+		}
+		c.spare = batch[:0]
+	}
+}
+
+func (c *Context) recvLoop() {
+	defer close(c.loopDone)
+	n := c.conn.BatchSize()
+	if n < 1 {
+		n = 1
+	}
+	msgs := make([]transport.Message, n)
+	var pkt wire.Packet
+	for {
+		k, err := c.conn.ReadBatch(msgs)
+		if err != nil {
+			select {
+			case <-c.done:
+				return
+			default:
+			}
+			if errors.Is(err, ErrClosed) || isClosed(err) {
+				return
+			}
+			c.log.Debug("receive failed", "err", err)
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		for i := 0; i < k; i++ {
+			c.handle(&msgs[i], &pkt)
+		}
+		c.flush()
+	}
+}
+
+func (c *Context) handle(m *transport.Message, pkt *wire.Packet) {
+	c.Counters.RcvdPackets.Add(1)
+	if err := pkt.Parse(m.Buf); err != nil {
+		c.Counters.DropMalformed.Add(1)
+		return
+	}
+	qpn := pkt.BTH.DestQP()
+	c.mu.RLock()
+	qp := c.qps[qpn]
+	c.mu.RUnlock()
+	if qp == nil {
+		c.Counters.DropUnknownQP.Add(1)
+		return
+	}
+	if pk := pkt.BTH.PKey(); pk&0x7FFF != 0x7FFF {
+		c.Counters.DropPKey.Add(1)
+		return
+	}
+	qp.receive(pkt, m.Addr, m.IPID, time.Now())
+}

@@ -1,0 +1,132 @@
+// Package mem is the memory region table of a verbs context: key
+// generation, and the bounds, access and protection-domain checks every
+// local and remote access passes before a byte moves.
+package mem
+
+import (
+	crand "crypto/rand"
+	"encoding/binary"
+	"math/rand/v2"
+	"sync"
+	"unsafe"
+)
+
+// Access rights, numbered as verbs.AccessFlags.
+const (
+	LocalWrite   = 1
+	RemoteWrite  = 2
+	RemoteRead   = 4
+	RemoteAtomic = 8
+)
+
+// Status is the outcome of a lookup.
+type Status uint8
+
+const (
+	OK         Status = iota
+	BadKey            // no region has this key (or it was deregistered)
+	BadPD             // the region belongs to another protection domain
+	NoAccess          // the region does not grant the access
+	OutOfRange        // [va, va+len) is not inside the region
+)
+
+// Region is a registered memory region.
+type Region struct {
+	Buf    []byte
+	VA     uint64 // virtual address of Buf[0]
+	Key    uint32 // lkey and rkey
+	Access uint32
+	PD     uint32
+}
+
+// Table maps keys to regions. The zero value is not usable; use New.
+type Table struct {
+	mu      sync.RWMutex
+	regions map[uint32]*Region
+	rng     *rand.Rand
+	limit   int
+}
+
+// New returns an empty table that holds at most limit regions.
+func New(limit int) *Table {
+	var seed [32]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		binary.LittleEndian.PutUint64(seed[:], rand.Uint64())
+	}
+	return &Table{regions: make(map[uint32]*Region), rng: rand.New(rand.NewChaCha8(seed)), limit: limit}
+}
+
+// AddrOf returns the virtual address of b[0] (0 for an empty slice).
+func AddrOf(b []byte) uint64 {
+	if len(b) == 0 {
+		return 0
+	}
+	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
+}
+
+// Register adds a region for buf and returns it. Keys are drawn at random
+// from a cryptographic seed, so a peer cannot guess one; 0 and keys in use
+// are never handed out. ok is false when the table is full.
+func (t *Table) Register(buf []byte, access, pd uint32) (r *Region, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.regions) >= t.limit {
+		return nil, false
+	}
+	var key uint32
+	for key == 0 || t.regions[key] != nil {
+		key = t.rng.Uint32()
+	}
+	r = &Region{Buf: buf, VA: AddrOf(buf), Key: key, Access: access, PD: pd}
+	t.regions[key] = r
+	return r, true
+}
+
+// Deregister removes the region with key. After it returns no lookup finds
+// the region, and no access to it is in progress.
+func (t *Table) Deregister(key uint32) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.regions[key] == nil {
+		return false
+	}
+	delete(t.regions, key)
+	return true
+}
+
+// Len returns the number of registered regions.
+func (t *Table) Len() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.regions)
+}
+
+// RLock holds off deregistration while the caller copies through slices
+// returned by Lookup; RUnlock ends that.
+func (t *Table) RLock()   { t.mu.RLock() }
+func (t *Table) RUnlock() { t.mu.RUnlock() }
+
+// Lookup returns the n bytes at va in the region named by key, checking
+// the protection domain and that the region grants every right in need
+// (0 for a local read). The caller must hold RLock while it uses the slice.
+func (t *Table) Lookup(key uint32, pd uint32, va uint64, n uint64, need uint32) ([]byte, Status) {
+	r := t.regions[key]
+	if r == nil {
+		return nil, BadKey
+	}
+	if r.PD != pd {
+		return nil, BadPD
+	}
+	if r.Access&need != need {
+		return nil, NoAccess
+	}
+	if va < r.VA {
+		return nil, OutOfRange
+	}
+	off := va - r.VA
+	size := uint64(len(r.Buf))
+	if off > size || n > size-off {
+		return nil, OutOfRange
+	}
+	return r.Buf[off : off+n : off+n], OK
+}

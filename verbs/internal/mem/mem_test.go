@@ -1,0 +1,75 @@
+package mem
+
+import "testing"
+
+func TestLookupChecks(t *testing.T) {
+	tb := New(4)
+	buf := make([]byte, 100)
+	r, ok := tb.Register(buf, LocalWrite|RemoteRead, 1)
+	if !ok {
+		t.Fatal("register failed")
+	}
+	cases := []struct {
+		name string
+		key  uint32
+		pd   uint32
+		va   uint64
+		n    uint64
+		need uint32
+		want Status
+	}{
+		{"whole", r.Key, 1, r.VA, 100, RemoteRead, OK},
+		{"empty at end", r.Key, 1, r.VA + 100, 0, RemoteRead, OK},
+		{"bad key", r.Key + 1, 1, r.VA, 1, 0, BadKey},
+		{"other pd", r.Key, 2, r.VA, 1, 0, BadPD},
+		{"no write right", r.Key, 1, r.VA, 1, RemoteWrite, NoAccess},
+		{"before start", r.Key, 1, r.VA - 1, 1, 0, OutOfRange},
+		{"past end", r.Key, 1, r.VA + 99, 2, 0, OutOfRange},
+		{"overflowing length", r.Key, 1, r.VA + 1, ^uint64(0), 0, OutOfRange},
+		{"far address", r.Key, 1, ^uint64(0) - 1, 1, 0, OutOfRange},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b, st := tb.Lookup(c.key, c.pd, c.va, c.n, c.need)
+			if st != c.want {
+				t.Fatalf("status %v, want %v", st, c.want)
+			}
+			if st == OK && uint64(len(b)) != c.n {
+				t.Fatalf("len %d, want %d", len(b), c.n)
+			}
+		})
+	}
+	if !tb.Deregister(r.Key) {
+		t.Fatal("deregister failed")
+	}
+	if _, st := tb.Lookup(r.Key, 1, r.VA, 1, 0); st != BadKey {
+		t.Fatalf("after deregister: %v, want BadKey", st)
+	}
+}
+
+func TestKeysUnpredictableAndLimited(t *testing.T) {
+	tb := New(1000)
+	seen := map[uint32]bool{}
+	var prev uint32
+	sequential := 0
+	for i := 0; i < 1000; i++ {
+		r, ok := tb.Register(make([]byte, 1), 0, 1)
+		if !ok {
+			t.Fatal("register failed below the limit")
+		}
+		if seen[r.Key] || r.Key == 0 {
+			t.Fatalf("key %#x reused or zero", r.Key)
+		}
+		if r.Key == prev+1 || r.Key == prev+256 {
+			sequential++
+		}
+		seen[r.Key] = true
+		prev = r.Key
+	}
+	if sequential > 2 {
+		t.Errorf("%d keys followed their predecessor by 1 or 256", sequential)
+	}
+	if _, ok := tb.Register(make([]byte, 1), 0, 1); ok {
+		t.Error("registered past the limit")
+	}
+}

@@ -1,0 +1,582 @@
+package verbs
+
+// The requester and the completer of a QP (rxe_req.c and rxe_comp.c in
+// spirit): segmentation, PSN assignment, AckReq, the retransmit and RNR
+// timers, go-back-N, and the handling of ACKs, NAKs, READ responses and
+// atomic ACKs. Everything here runs with qp.mu held and takes the current
+// time as an argument; the only side effects are packets queued on the
+// context and completions pushed to CQs.
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/tbrdma/tbrdma/transport/wire"
+)
+
+const (
+	// maxUnackedPSNs bounds how far the requester runs ahead of the
+	// oldest unacknowledged PSN (rxe: RXE_MAX_UNACKED_PSNS).
+	maxUnackedPSNs = 128
+	// maxPktsPerAck forces AckReq on one packet in this many (rxe:
+	// RXE_MAX_PKT_PER_ACK).
+	maxPktsPerAck = 64
+)
+
+type requester struct {
+	psn       PSN // next PSN to send
+	compPSN   PSN // oldest PSN not yet acknowledged
+	udPSN     PSN
+	rdOut     int // READ/atomic WQEs awaiting responses
+	retryLeft int
+	rnrLeft   int
+	noAckPkts int
+	retxAt    time.Time // retransmit deadline, zero = not armed
+	rnrAt     time.Time // end of the RNR wait, zero = not waiting
+	inRetry   bool
+}
+
+func (r *requester) deadline() time.Time {
+	switch {
+	case r.rnrAt.IsZero():
+		return r.retxAt
+	case r.retxAt.IsZero() || r.rnrAt.Before(r.retxAt):
+		return r.rnrAt
+	}
+	return r.retxAt
+}
+
+// ackTimeout returns the local ACK timeout, or 0 when there is none.
+func (qp *QP) ackTimeout() time.Duration {
+	t := qp.attr.Timeout
+	if t == 0 {
+		return 0
+	}
+	return time.Duration(4096<<t) * time.Nanosecond
+}
+
+func (qp *QP) wqe(i uint64) *sendWQE { return &qp.sq[i%uint64(len(qp.sq))] }
+
+func npkts(length uint32, pmtu int) int {
+	if length == 0 {
+		return 1
+	}
+	return int((uint64(length) + uint64(pmtu) - 1) / uint64(pmtu))
+}
+
+// pump transmits as much of the send queue as the state, the PSN window
+// and the READ/atomic limit allow.
+func (qp *QP) pump(now time.Time) {
+	if qp.state != QPStateRTS || !qp.req.rnrAt.IsZero() {
+		return
+	}
+	for qp.sqNext != qp.sqTail {
+		w := qp.wqe(qp.sqNext)
+		switch qp.typ {
+		case QPTypeUD:
+			qp.sendUD(w)
+			qp.sqNext++
+			qp.sqHead++
+			continue
+		case QPTypeUC:
+			if w.sent == 0 {
+				w.npkts = npkts(w.length, qp.pmtu)
+				w.first = qp.req.psn
+				w.last = w.first.Add(w.npkts - 1)
+			}
+			if !qp.sendSegment(w, now) {
+				return
+			}
+			if w.sent == w.npkts {
+				qp.sqNext++
+				qp.sqHead++
+				qp.completeSend(w, WCSuccess)
+			}
+			continue
+		}
+		// RC
+		if qp.req.psn.Diff(qp.req.compPSN) >= maxUnackedPSNs {
+			return
+		}
+		if w.sent == 0 && w.npkts == 0 {
+			if w.wr.Opcode.isReadLike() && qp.req.rdOut >= int(qp.attr.MaxRdAtomic) {
+				return
+			}
+			if w.wr.Flags&SendFence != 0 && qp.req.rdOut > 0 {
+				return
+			}
+			w.npkts = npkts(w.length, qp.pmtu)
+			if w.wr.Opcode.isAtomic() {
+				w.npkts = 1
+			}
+			w.first = qp.req.psn
+			w.last = w.first.Add(w.npkts - 1)
+			if w.wr.Opcode.isReadLike() {
+				qp.req.rdOut++
+			}
+		}
+		if !qp.sendSegment(w, now) {
+			return
+		}
+		if w.sent == w.npkts {
+			qp.sqNext++
+		}
+	}
+}
+
+// sendSegment builds and queues the next packet of w (for a READ, the
+// request for what is still missing). It returns false when the WQE failed.
+func (qp *QP) sendSegment(w *sendWQE, now time.Time) bool {
+	c := qp.ctx
+	var h wire.Headers
+	h.BTH.PKey = wire.PKeyDefault
+	h.BTH.DestQP = qp.attr.DestQPN
+	psn := w.first.Add(w.sent)
+	h.BTH.PSN = psn
+	class := wire.ClassRC
+	if qp.typ == QPTypeUC {
+		class = wire.ClassUC
+	}
+	buf := c.getBuf()
+	var payload []byte
+	op := w.wr.Opcode
+	switch {
+	case op == WRRDMARead:
+		off := uint64(w.sent) * uint64(qp.pmtu)
+		h.BTH.Opcode = wire.ReadRequest
+		h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr + off, RKey: w.wr.RKey, DMALen: w.length - uint32(off)}
+		h.BTH.AckReq = true
+		buf = wire.AppendPacket(buf, &h, nil)
+		qp.req.psn = w.last.Next()
+		w.sent = w.npkts
+	case op.isAtomic():
+		h.BTH.Opcode = wire.FetchAdd
+		h.AtomicETH = wire.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
+		if op == WRAtomicCmpAndSwp {
+			h.BTH.Opcode = wire.CompareSwap
+			h.AtomicETH.SwapAdd = w.wr.Swap
+			h.AtomicETH.Compare = w.wr.CompareAdd
+		}
+		h.BTH.AckReq = true
+		buf = wire.AppendPacket(buf, &h, nil)
+		qp.req.psn = psn.Next()
+		w.sent = 1
+	default:
+		k := w.sent
+		off := uint64(k) * uint64(qp.pmtu)
+		n := uint64(w.length) - off
+		if n > uint64(qp.pmtu) {
+			n = uint64(qp.pmtu)
+		}
+		first, last := k == 0, k == w.npkts-1
+		isWrite := op == WRRDMAWrite || op == WRRDMAWriteWithImm
+		var o wire.Opcode
+		switch {
+		case first && last:
+			o = wire.SendOnly
+			if isWrite {
+				o = wire.WriteOnly
+			}
+		case first:
+			o = wire.SendFirst
+			if isWrite {
+				o = wire.WriteFirst
+			}
+		case last:
+			o = wire.SendLast
+			if isWrite {
+				o = wire.WriteLast
+			}
+		default:
+			o = wire.SendMiddle
+			if isWrite {
+				o = wire.WriteMiddle
+			}
+		}
+		if last {
+			switch op {
+			case WRSendWithImm, WRRDMAWriteWithImm:
+				o++ // *_LAST → *_LAST_WITH_IMMEDIATE, *_ONLY → *_ONLY_WITH_IMMEDIATE
+				h.ImmDt.Imm = w.wr.ImmData
+			case WRSendWithInv:
+				if first {
+					o = wire.SendOnlyInvalidate
+				} else {
+					o = wire.SendLastInvalidate
+				}
+				h.IETH.RKey = w.wr.InvalidateRKey
+			}
+			h.BTH.SE = w.wr.Flags&SendSolicited != 0 && op != WRRDMAWrite
+		}
+		h.BTH.Opcode = class | o
+		if isWrite && first {
+			h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: w.length}
+		}
+		if qp.typ == QPTypeRC {
+			qp.req.noAckPkts++
+			if last || qp.req.noAckPkts >= maxPktsPerAck {
+				h.BTH.AckReq = true
+				qp.req.noAckPkts = 0
+			}
+		}
+		buf = h.Append(buf)
+		hl := len(buf)
+		buf = buf[:hl+int(n)]
+		payload = buf[hl:]
+		if w.inline != nil {
+			copy(payload, w.inline[off:off+n])
+		} else if st := c.gather(payload, w.wr.SGList, off, qp.pd.id); st != WCSuccess {
+			c.putBuf(buf)
+			qp.failWQE(w, st, now)
+			return false
+		}
+		pad := wire.PadCount(int(n))
+		buf[1] = buf[1]&^0x30 | byte(pad)<<4
+		buf = append(buf, zeroPad[:pad+wire.ICRCSize]...)
+		w.sent++
+		qp.req.psn = psn.Next()
+	}
+	c.queue(buf, qp.dst)
+	if qp.typ == QPTypeRC && qp.req.retxAt.IsZero() {
+		if t := qp.ackTimeout(); t > 0 {
+			qp.req.retxAt = now.Add(t)
+		}
+	}
+	return true
+}
+
+var zeroPad [8]byte
+
+// failWQE completes a WQE that could not be transmitted and moves the QP
+// to ERR (a local error: the WQE is the oldest one the requester touches).
+func (qp *QP) failWQE(w *sendWQE, st WCStatus, now time.Time) {
+	for qp.sqHead != qp.sqTail && qp.wqe(qp.sqHead) != w {
+		// Earlier WQEs are still in flight; they are flushed as well.
+		qp.completeSend(qp.wqe(qp.sqHead), WCWRFlushErr)
+		qp.sqHead++
+	}
+	qp.fail(st, now)
+}
+
+func (qp *QP) sendUD(w *sendWQE) {
+	c := qp.ctx
+	if int(w.length) > qp.pmtu {
+		qp.completeSend(w, WCLocLenErr)
+		return
+	}
+	var h wire.Headers
+	h.BTH = wire.BTHFields{Opcode: wire.UDSendOnly, PKey: wire.PKeyDefault, DestQP: w.wr.RemoteQPN, PSN: qp.req.udPSN}
+	qp.req.udPSN = qp.req.udPSN.Next()
+	qkey := w.wr.RemoteQKey
+	if qkey&0x80000000 != 0 {
+		qkey = qp.attr.QKey
+	}
+	h.DETH = wire.DETHFields{QKey: qkey, SrcQP: qp.qpn}
+	if w.wr.Opcode == WRSendWithImm {
+		h.BTH.Opcode = wire.UDSendOnlyImm
+		h.ImmDt.Imm = w.wr.ImmData
+	}
+	h.BTH.SE = w.wr.Flags&SendSolicited != 0
+	buf := h.Append(c.getBuf())
+	hl := len(buf)
+	buf = buf[:hl+int(w.length)]
+	if w.inline != nil {
+		copy(buf[hl:], w.inline)
+	} else if st := c.gather(buf[hl:], w.wr.SGList, 0, qp.pd.id); st != WCSuccess {
+		c.putBuf(buf)
+		qp.completeSend(w, st)
+		return
+	}
+	pad := wire.PadCount(int(w.length))
+	buf[1] = buf[1]&^0x30 | byte(pad)<<4
+	buf = append(buf, zeroPad[:pad+wire.ICRCSize]...)
+	c.queue(buf, w.wr.AH.dst)
+	qp.completeSend(w, WCSuccess)
+}
+
+// --- completer ----------------------------------------------------------------
+
+// complete handles a response packet: ACK, NAK, READ response or atomic ACK.
+func (qp *QP) complete(pkt *wire.Packet, now time.Time) {
+	c := qp.ctx
+	psn := pkt.BTH.PSN()
+	op := pkt.BTH.Opcode()
+	// A response for a PSN never sent is bogus.
+	if psn.Diff(qp.req.psn) >= 0 {
+		c.Counters.DropResponse.Add(1)
+		return
+	}
+	switch op {
+	case wire.Acknowledge:
+		qp.handleAck(psn, pkt.AETH.Syndrome(), now)
+	case wire.AtomicAcknowledge:
+		if !pkt.AETH.Syndrome().IsACK() {
+			qp.fail(WCBadRespErr, now)
+			return
+		}
+		qp.ackThrough(psn.Add(-1), now)
+		if qp.sqHead == qp.sqNext && qp.sqHead == qp.sqTail {
+			c.Counters.DropResponse.Add(1)
+			return
+		}
+		w := qp.wqe(qp.sqHead)
+		if !w.wr.Opcode.isAtomic() || w.sent == 0 || w.first != psn {
+			c.Counters.DropResponse.Add(1)
+			return
+		}
+		var v [8]byte
+		binary.NativeEndian.PutUint64(v[:], pkt.AtomicAckETH.Orig())
+		if st := c.scatter(w.wr.SGList, 0, v[:], qp.pd.id); st != WCSuccess {
+			qp.fail(st, now)
+			return
+		}
+		qp.retire(w, now)
+	case wire.ReadResponseFirst, wire.ReadResponseMiddle, wire.ReadResponseLast, wire.ReadResponseOnly:
+		if pkt.AETH != nil && !pkt.AETH.Syndrome().IsACK() {
+			qp.fail(WCBadRespErr, now)
+			return
+		}
+		qp.handleReadResponse(pkt, psn, op, now)
+	default:
+		c.Counters.DropResponse.Add(1)
+	}
+}
+
+// retire completes the WQE at the head of the send queue successfully.
+func (qp *QP) retire(w *sendWQE, now time.Time) {
+	if w.wr.Opcode.isReadLike() {
+		qp.req.rdOut--
+	}
+	qp.completeSend(w, WCSuccess)
+	qp.sqHead++
+	if qp.sqNext < qp.sqHead {
+		qp.sqNext = qp.sqHead
+	}
+	qp.req.compPSN = w.last.Next()
+	qp.progress(now)
+}
+
+// progress notes that the peer answered: retry counters are restored and
+// the retransmit timer restarts or stops.
+func (qp *QP) progress(now time.Time) {
+	qp.req.retryLeft = int(qp.attr.RetryCnt)
+	qp.req.rnrLeft = int(qp.attr.RNRRetry)
+	qp.req.inRetry = false
+	if qp.req.compPSN == qp.req.psn {
+		qp.req.retxAt = time.Time{}
+	} else if t := qp.ackTimeout(); t > 0 {
+		qp.req.retxAt = now.Add(t)
+	}
+}
+
+// ackThrough completes every SEND/WRITE WQE whose last PSN is at or before
+// p. It stops at a READ or atomic still waiting for its response; if p
+// covers such a WQE, its responses were lost and it is retried. It returns
+// whether that happened.
+func (qp *QP) ackThrough(p PSN, now time.Time) (lostResponse bool) {
+	advanced := false
+	for qp.sqHead != qp.sqTail {
+		w := qp.wqe(qp.sqHead)
+		if w.npkts == 0 || w.first.Diff(p) > 0 {
+			break
+		}
+		if w.wr.Opcode.isReadLike() {
+			lostResponse = true
+			break
+		}
+		if w.sent < w.npkts || w.last.Diff(p) > 0 {
+			// Part of the message is acknowledged.
+			if p.Next().Diff(qp.req.compPSN) > 0 {
+				qp.req.compPSN = p.Next()
+				advanced = true
+			}
+			break
+		}
+		qp.completeSend(w, WCSuccess)
+		qp.sqHead++
+		qp.req.compPSN = w.last.Next()
+		advanced = true
+	}
+	if qp.sqNext < qp.sqHead {
+		qp.sqNext = qp.sqHead
+	}
+	if qp.req.psn.Diff(qp.req.compPSN) < 0 {
+		qp.req.psn = qp.req.compPSN
+	}
+	if advanced {
+		qp.progress(now)
+	}
+	return lostResponse
+}
+
+func (qp *QP) handleAck(p PSN, syn wire.Syndrome, now time.Time) {
+	c := qp.ctx
+	switch syn.Type() {
+	case wire.SynACK:
+		if qp.ackThrough(p, now) {
+			// Responses to a READ or atomic inside the acknowledged range
+			// were lost: ask again.
+			qp.rewind(qp.req.compPSN, now)
+		}
+	case wire.SynRNR:
+		c.Counters.RNRNAKsRcvd.Add(1)
+		qp.ackThrough(p.Add(-1), now)
+		if qp.req.rnrLeft == 0 {
+			qp.fail(WCRNRRetryExcErr, now)
+			return
+		}
+		if qp.attr.RNRRetry != 7 {
+			qp.req.rnrLeft--
+		}
+		qp.req.rnrAt = now.Add(time.Duration(wire.RNRTimer(syn.Value())))
+		qp.req.retxAt = time.Time{}
+		qp.rewindTo(p)
+	case wire.SynNAK:
+		c.Counters.NAKsRcvd.Add(1)
+		if syn.NAK() == wire.NAKPSNSeqError {
+			qp.ackThrough(p.Add(-1), now)
+			if qp.req.inRetry {
+				return // one go-back-N per loss is enough
+			}
+			if qp.req.retryLeft == 0 {
+				qp.fail(WCRetryExcErr, now)
+				return
+			}
+			qp.req.retryLeft--
+			qp.req.inRetry = true
+			qp.rewind(p, now)
+			return
+		}
+		qp.ackThrough(p.Add(-1), now)
+		st := WCRemOpErr
+		switch syn.NAK() {
+		case wire.NAKInvalidReq:
+			st = WCRemInvReqErr
+		case wire.NAKRemoteAccess:
+			st = WCRemAccessErr
+		}
+		qp.fail(st, now)
+	default:
+		qp.fail(WCBadRespErr, now)
+	}
+}
+
+func (qp *QP) handleReadResponse(pkt *wire.Packet, psn PSN, op wire.Opcode, now time.Time) {
+	c := qp.ctx
+	if psn != qp.req.compPSN {
+		// rxe's completer drops responses that are not the next expected
+		// one; the retransmit timer recovers a gap.
+		qp.ackThrough(qp.req.compPSN.Add(-1), now)
+		c.Counters.DropResponse.Add(1)
+		return
+	}
+	if qp.sqHead == qp.sqTail {
+		c.Counters.DropResponse.Add(1)
+		return
+	}
+	w := qp.wqe(qp.sqHead)
+	if w.wr.Opcode != WRRDMARead || w.sent == 0 {
+		// A READ response that belongs to no READ: a protocol violation.
+		c.Counters.DropResponse.Add(1)
+		return
+	}
+	idx := psn.Diff(w.first)
+	if idx < 0 || int(idx) >= w.npkts || uint64(idx)*uint64(qp.pmtu) != uint64(w.got) {
+		c.Counters.DropResponse.Add(1)
+		return
+	}
+	remaining := w.length - w.got
+	n := uint32(len(pkt.Payload))
+	isEnd := op == wire.ReadResponseLast || op == wire.ReadResponseOnly
+	if isEnd && n != remaining || !isEnd && n != uint32(qp.pmtu) {
+		qp.fail(WCBadRespErr, now)
+		return
+	}
+	if st := c.scatter(w.wr.SGList, uint64(w.got), pkt.Payload, qp.pd.id); st != WCSuccess {
+		qp.fail(st, now)
+		return
+	}
+	w.got += n
+	qp.req.compPSN = psn.Next()
+	qp.progress(now)
+	if isEnd {
+		qp.retire(w, now)
+	}
+}
+
+// rewind restarts transmission at PSN p (go-back-N).
+func (qp *QP) rewind(p PSN, now time.Time) {
+	qp.rewindTo(p)
+	qp.pump(now)
+}
+
+// rewindTo repositions the requester so that the next packet sent is the
+// one with PSN p, resuming inside a message if p falls there.
+func (qp *QP) rewindTo(p PSN) {
+	qp.req.rdOut = 0
+	resumed := false
+	for i := qp.sqHead; i != qp.sqTail; i++ {
+		w := qp.wqe(i)
+		if w.npkts == 0 {
+			break
+		}
+		if !resumed && w.last.Diff(p) >= 0 {
+			// p lies in (or before) this WQE: resume here.
+			k := int(p.Diff(w.first))
+			if k < 0 {
+				k = 0
+			}
+			switch {
+			case w.wr.Opcode == WRRDMARead:
+				k = int(w.got / uint32(qp.pmtu))
+			case w.wr.Opcode.isAtomic():
+				k = 0
+			}
+			if w.sent > k {
+				qp.ctx.Counters.Retransmits.Add(uint64(w.sent - k))
+			}
+			w.sent = k
+			qp.sqNext = i
+			qp.req.psn = w.first.Add(k)
+			resumed = true
+			if w.wr.Opcode.isReadLike() {
+				qp.req.rdOut++
+			}
+			continue
+		}
+		if resumed {
+			qp.ctx.Counters.Retransmits.Add(uint64(w.sent))
+			w.sent = 0
+			w.npkts = 0
+		}
+	}
+	qp.req.noAckPkts = 0
+}
+
+// expire handles the QP's timer: the end of an RNR wait or a retransmit
+// timeout.
+func (qp *QP) expire(now time.Time) {
+	if qp.state != QPStateRTS && qp.state != QPStateSQD {
+		return
+	}
+	if !qp.req.rnrAt.IsZero() && !now.Before(qp.req.rnrAt) {
+		qp.req.rnrAt = time.Time{}
+		qp.rewind(qp.req.compPSN, now)
+		if t := qp.ackTimeout(); t > 0 && qp.req.compPSN != qp.req.psn {
+			qp.req.retxAt = now.Add(t)
+		}
+	}
+	if !qp.req.retxAt.IsZero() && !now.Before(qp.req.retxAt) {
+		qp.ctx.Counters.Timeouts.Add(1)
+		if qp.req.retryLeft == 0 {
+			qp.fail(WCRetryExcErr, now)
+			return
+		}
+		qp.req.retryLeft--
+		qp.req.retxAt = time.Time{}
+		qp.rewind(qp.req.compPSN, now)
+		if t := qp.ackTimeout(); t > 0 {
+			qp.req.retxAt = now.Add(t)
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package verbs
+
+import (
+	"github.com/tbrdma/tbrdma/verbs/internal/mem"
+)
+
+// gather copies len(dst) bytes starting at byte off of the message the SGE
+// list describes into dst. It returns WCLocProtErr when an SGE does not name
+// registered memory of pd, and WCLocLenErr when the list is too short.
+func (c *Context) gather(dst []byte, sgl []SGE, off uint64, pd uint32) WCStatus {
+	c.mrs.RLock()
+	defer c.mrs.RUnlock()
+	for _, s := range sgl {
+		if len(dst) == 0 {
+			return WCSuccess
+		}
+		l := uint64(s.Length)
+		if off >= l {
+			off -= l
+			continue
+		}
+		n := l - off
+		if n > uint64(len(dst)) {
+			n = uint64(len(dst))
+		}
+		src, st := c.mrs.Lookup(uint32(s.LKey), pd, s.Addr+off, n, 0)
+		if st != mem.OK {
+			return WCLocProtErr
+		}
+		copy(dst, src)
+		dst = dst[n:]
+		off = 0
+	}
+	if len(dst) != 0 {
+		return WCLocLenErr
+	}
+	return WCSuccess
+}
+
+// scatter copies data into the message the SGE list describes, starting at
+// byte off. The memory must grant LOCAL_WRITE.
+func (c *Context) scatter(sgl []SGE, off uint64, data []byte, pd uint32) WCStatus {
+	c.mrs.RLock()
+	defer c.mrs.RUnlock()
+	for _, s := range sgl {
+		if len(data) == 0 {
+			return WCSuccess
+		}
+		l := uint64(s.Length)
+		if off >= l {
+			off -= l
+			continue
+		}
+		n := l - off
+		if n > uint64(len(data)) {
+			n = uint64(len(data))
+		}
+		dst, st := c.mrs.Lookup(uint32(s.LKey), pd, s.Addr+off, n, mem.LocalWrite)
+		if st != mem.OK {
+			return WCLocProtErr
+		}
+		copy(dst, data[:n])
+		data = data[n:]
+		off = 0
+	}
+	if len(data) != 0 {
+		return WCLocLenErr
+	}
+	return WCSuccess
+}
