@@ -64,7 +64,8 @@ type Context struct {
 	out     []transport.Message
 	flushMu sync.Mutex
 	spare   []transport.Message
-	bufs    sync.Pool
+	bufMu   sync.Mutex
+	free    [][]byte // packet buffers ready for reuse
 
 	async    chan AsyncEvent
 	done     chan struct{}
@@ -139,7 +140,6 @@ func NewContext(opts *Options) (*Context, error) {
 	if c.log == nil {
 		c.log = slog.New(discardHandler{})
 	}
-	c.bufs.New = func() any { b := make([]byte, 0, maxPacket); return &b }
 	go c.recvLoop()
 	return c, nil
 }
@@ -377,13 +377,30 @@ func (e *StateError) Unwrap() error { return ErrInvalidState }
 
 // --- packet I/O -------------------------------------------------------------
 
+// maxFreeBufs bounds the packet buffers a context keeps for reuse.
+const maxFreeBufs = 4096
+
 func (c *Context) getBuf() []byte {
-	return (*c.bufs.Get().(*[]byte))[:0]
+	c.bufMu.Lock()
+	if n := len(c.free); n > 0 {
+		b := c.free[n-1]
+		c.free = c.free[:n-1]
+		c.bufMu.Unlock()
+		return b
+	}
+	c.bufMu.Unlock()
+	return make([]byte, 0, maxPacket)
 }
 
 func (c *Context) putBuf(b []byte) {
-	b = b[:0]
-	c.bufs.Put(&b)
+	if cap(b) < maxPacket {
+		return
+	}
+	c.bufMu.Lock()
+	if len(c.free) < maxFreeBufs {
+		c.free = append(c.free, b[:0])
+	}
+	c.bufMu.Unlock()
 }
 
 // queue adds a built packet to the outgoing batch; flush sends it.
@@ -473,3 +490,7 @@ func (c *Context) handle(m *transport.Message, pkt *wire.Packet) {
 	}
 	qp.receive(pkt, m.Addr, m.IPID, time.Now())
 }
+
+// TransportStats returns the counters of the context's endpoint: packets,
+// bytes, system calls and drops by reason (bad ICRC, short packets …).
+func (c *Context) TransportStats() transport.Stats { return c.conn.Stats() }

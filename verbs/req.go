@@ -26,7 +26,6 @@ const (
 type requester struct {
 	psn       PSN // next PSN to send
 	compPSN   PSN // oldest PSN not yet acknowledged
-	udPSN     PSN
 	rdOut     int // READ/atomic WQEs awaiting responses
 	retryLeft int
 	rnrLeft   int
@@ -265,8 +264,10 @@ func (qp *QP) sendUD(w *sendWQE) {
 		return
 	}
 	var h wire.Headers
-	h.BTH = wire.BTHFields{Opcode: wire.UDSendOnly, PKey: wire.PKeyDefault, DestQP: w.wr.RemoteQPN, PSN: qp.req.udPSN}
-	qp.req.udPSN = qp.req.udPSN.Next()
+	// A UD QP numbers its packets from its SQ PSN too, as rxe does (the
+	// receiver ignores the PSN).
+	h.BTH = wire.BTHFields{Opcode: wire.UDSendOnly, PKey: wire.PKeyDefault, DestQP: w.wr.RemoteQPN, PSN: qp.req.psn}
+	qp.req.psn = qp.req.psn.Next()
 	qkey := w.wr.RemoteQKey
 	if qkey&0x80000000 != 0 {
 		qkey = qp.attr.QKey

@@ -106,7 +106,6 @@ type Reader struct {
 	order    binary.ByteOrder
 	nano     bool
 	linktype int
-	snaplen  uint32
 	hdr      [recordHeaderLen]byte
 	buf      []byte
 }
@@ -138,7 +137,6 @@ func NewReader(r io.Reader) (*Reader, error) {
 	if major := rd.order.Uint16(h[4:]); major != versionMajor {
 		return nil, fmt.Errorf("%w: unsupported version %d.%d", ErrFormat, major, rd.order.Uint16(h[6:]))
 	}
-	rd.snaplen = rd.order.Uint32(h[16:])
 	// The low 16 bits are the link type; the upper bits may carry FCS
 	// information, which is ignored.
 	rd.linktype = int(rd.order.Uint32(h[20:]) & 0xffff)
@@ -150,8 +148,9 @@ func (r *Reader) LinkType() int { return r.linktype }
 
 // Next returns the next packet record. At the clean end of the stream it
 // returns io.EOF; a record cut short returns an error wrapping both
-// [ErrFormat] and io.ErrUnexpectedEOF. Records claiming more than
-// max([Snaplen], the file's snaplen) bytes are rejected with [ErrFormat].
+// [ErrFormat] and io.ErrUnexpectedEOF. Records claiming more than [Snaplen]
+// bytes (libpcap's own limit) are rejected with [ErrFormat], whatever the
+// file header's snaplen says, so garbage cannot cause a huge allocation.
 func (r *Reader) Next() (Packet, error) {
 	if _, err := io.ReadFull(r.r, r.hdr[:]); err != nil {
 		if err == io.EOF {
@@ -163,8 +162,8 @@ func (r *Reader) Next() (Packet, error) {
 	frac := r.order.Uint32(r.hdr[4:])
 	incl := r.order.Uint32(r.hdr[8:])
 	orig := r.order.Uint32(r.hdr[12:])
-	if limit := max(uint32(Snaplen), r.snaplen); incl > limit {
-		return Packet{}, fmt.Errorf("%w: record length %d exceeds %d", ErrFormat, incl, limit)
+	if incl > Snaplen {
+		return Packet{}, fmt.Errorf("%w: record length %d exceeds %d", ErrFormat, incl, Snaplen)
 	}
 	if cap(r.buf) < int(incl) {
 		r.buf = make([]byte, incl)

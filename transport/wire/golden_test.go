@@ -34,10 +34,11 @@ type capPkt struct {
 func (c capPkt) ipID() uint16 { return binary.BigEndian.Uint16(c.ip[4:]) }
 
 var (
-	captureOnce  sync.Once
-	captureFiles []string
-	capturePkts  map[string][]capPkt
-	captureErr   error
+	captureOnce   sync.Once
+	captureFiles  []string
+	capturePkts   map[string][]capPkt
+	captureFrames map[string]int // number of frames (all protocols) per file
+	captureErr    error
 )
 
 // rxeCaptures reads every pcap under rxeDir (and unclean/, if present) once
@@ -46,6 +47,7 @@ func rxeCaptures(t testing.TB) ([]string, map[string][]capPkt) {
 	t.Helper()
 	captureOnce.Do(func() {
 		capturePkts = map[string][]capPkt{}
+		captureFrames = map[string]int{}
 		var files []string
 		for _, pat := range []string{"*.pcap", "unclean/*.pcap"} {
 			m, err := filepath.Glob(filepath.Join(rxeDir, pat))
@@ -57,11 +59,12 @@ func rxeCaptures(t testing.TB) ([]string, map[string][]capPkt) {
 		}
 		for _, path := range files {
 			name, _ := filepath.Rel(rxeDir, path)
-			pkts, err := readCapture(name, path)
+			pkts, frames, err := readCapture(name, path)
 			if err != nil {
 				captureErr = err
 				return
 			}
+			captureFrames[name] = frames
 			captureFiles = append(captureFiles, name)
 			capturePkts[name] = pkts
 		}
@@ -75,24 +78,24 @@ func rxeCaptures(t testing.TB) ([]string, map[string][]capPkt) {
 	return captureFiles, capturePkts
 }
 
-func readCapture(name, path string) ([]capPkt, error) {
+func readCapture(name, path string) (pkts []capPkt, frames int, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer f.Close()
 	r, err := sniff.NewReader(bufio.NewReader(f))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var out []capPkt
 	for frame := 1; ; frame++ {
 		p, err := r.Next()
 		if err == io.EOF {
-			return out, nil
+			return out, frame - 1, nil
 		}
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		// Decode a copy: p.Data is reused by the next call to Next.
 		ip, udp, payload, src, dst, ok := sniff.DecodeUDP(p.LinkType, bytes.Clone(p.Data))

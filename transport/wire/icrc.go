@@ -44,7 +44,8 @@ var icrcSeed = crc32.Update(0, crc32.IEEETable, []byte{0xff, 0xff, 0xff, 0xff, 0
 // trailer (BTH first); it must hold at least a BTH. For IPv4, ipID is the IP
 // identification the datagram carries and DF is taken to be set, as it must
 // be for RoCE. src and dst must be of the same family (IPv4-mapped IPv6
-// addresses count as IPv4).
+// addresses count as IPv4); if they are not, the result is meaningless but
+// ICRC does not panic.
 func ICRC(src, dst netip.AddrPort, ipID uint16, roce []byte) uint32 {
 	var hdr [ipv6HdrLen + udpHdrLen + BTHSize]byte
 	n := maskedHeaders(&hdr, src, dst, ipID, roce)
@@ -58,7 +59,7 @@ func maskedHeaders(hdr *[ipv6HdrLen + udpHdrLen + BTHSize]byte, src, dst netip.A
 	udpLen := udpHdrLen + len(roce) + ICRCSize
 	sa, da := src.Addr().Unmap(), dst.Addr().Unmap()
 	var n int
-	if sa.Is4() {
+	if sa.Is4() && da.Is4() { // As4 panics on anything else
 		h := hdr[:ipv4HdrLen]
 		h[0] = 0x45
 		h[1] = 0xff // TOS masked
@@ -165,9 +166,13 @@ func Trailer(pkt []byte) uint32 { return binary.LittleEndian.Uint32(pkt[len(pkt)
 // exact. For IPv4 the IP identification is not visible to a UDP socket: the
 // ID that makes the trailer match is recovered and returned, and the check
 // fails only if no 16-bit ID can explain the trailer (a corrupted packet
-// escapes with probability 2^-16). A packet shorter than BTH+ICRC fails.
+// escapes with probability 2^-16). A packet shorter than BTH+ICRC fails, and
+// so do addresses that are invalid or of different families.
 func VerifyICRC(pkt []byte, src, dst netip.AddrPort) (ipID uint16, ok bool) {
 	if len(pkt) < BTHSize+ICRCSize {
+		return 0, false
+	}
+	if sa, da := src.Addr().Unmap(), dst.Addr().Unmap(); !sa.IsValid() || !da.IsValid() || sa.Is4() != da.Is4() {
 		return 0, false
 	}
 	n := len(pkt) - ICRCSize
@@ -177,7 +182,7 @@ func VerifyICRC(pkt []byte, src, dst netip.AddrPort) (ipID uint16, ok bool) {
 		return 0, true
 	}
 	if !src.Addr().Unmap().Is4() {
-		return 0, false
+		return 0, false // IPv6: every covered field is known, no second chance
 	}
 	return RecoverIPv4ID(want^got, n)
 }
@@ -193,6 +198,9 @@ func VerifyICRC(pkt []byte, src, dst netip.AddrPort) (ipID uint16, ok bool) {
 // Undo the trailing zero bytes (multiply by x^-8k modulo the polynomial),
 // then read the two bytes back out of the remaining register.
 func RecoverIPv4ID(diff uint32, roceLen int) (id uint16, ok bool) {
+	if roceLen < 0 || roceLen > 0xFFFF {
+		return 0, false // no UDP datagram is that long
+	}
 	after := 14 + udpHdrLen + roceLen
 	r := gfMul(diff, xPowInv8(after))
 	// r is now the zero-initialised CRC register after the two ID bytes.
@@ -253,19 +261,27 @@ var xInv = func() uint32 {
 	return (one^crcPoly)<<1 | 1
 }()
 
-// xPowInv8 returns x^(-8k) modulo the polynomial, by square-and-multiply.
-func xPowInv8(k int) uint32 {
-	result := uint32(1) << 31 // 1
+// xInv8Pow2[i] is x^(-8·2^i) modulo the polynomial, so that xPowInv8 needs
+// one multiplication per set bit of k.
+var xInv8Pow2 = func() (t [64]uint32) {
 	base := xInv
-	// x^-8 first
-	for i := 0; i < 3; i++ {
+	for i := 0; i < 3; i++ { // x^-8
 		base = gfMul(base, base)
 	}
-	for e := uint(k); e != 0; e >>= 1 {
-		if e&1 != 0 {
-			result = gfMul(result, base)
-		}
+	for i := range t {
+		t[i] = base
 		base = gfMul(base, base)
+	}
+	return t
+}()
+
+// xPowInv8 returns x^(-8k) modulo the polynomial.
+func xPowInv8(k int) uint32 {
+	result := uint32(1) << 31 // 1
+	for i, e := 0, uint(k); e != 0; i, e = i+1, e>>1 {
+		if e&1 != 0 {
+			result = gfMul(result, xInv8Pow2[i])
+		}
 	}
 	return result
 }

@@ -37,8 +37,8 @@ func (p *Packet) Opcode() Opcode { return p.BTH.Opcode() }
 // It checks the structure (transport version 0, a known RC/UC/UD opcode,
 // lengths, pad count, destination QPN not 0) but not the ICRC (see
 // VerifyICRC) nor anything that depends on queue pair state. It never
-// allocates; on error p is left partly filled and must not be used. The
-// error is a *ParseError whose Reason names the failure.
+// allocates; on error p is the zero Packet (an error or a value, never
+// both). The error is a *ParseError whose Reason names the failure.
 func (p *Packet) Parse(b []byte) error {
 	*p = Packet{}
 	if len(b) < BTHSize+ICRCSize {
@@ -95,12 +95,15 @@ func (p *Packet) Parse(b []byte) error {
 	rest := end - off
 	if f&HasPayload == 0 {
 		if rest != 0 {
+			*p = Packet{}
 			return errPayload
 		}
 		if pad != 0 {
+			*p = Packet{}
 			return errPad
 		}
 	} else if pad > rest {
+		*p = Packet{}
 		return errPad
 	}
 	p.Payload = b[off : end-pad : end-pad]

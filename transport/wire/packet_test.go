@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"testing"
 
 	"github.com/tbrdma/tbrdma/transport/wire"
@@ -184,8 +185,12 @@ func parseErr(h wire.Headers, payload []byte, mutate func([]byte) []byte) error 
 	if mutate != nil {
 		pkt = mutate(pkt)
 	}
-	var p wire.Packet
-	return p.Parse(pkt)
+	p := wire.Packet{Payload: []byte("stale")}
+	err := p.Parse(pkt)
+	if err != nil && !reflect.ValueOf(p).IsZero() {
+		return fmt.Errorf("Parse returned %v and a non-zero Packet %+v", err, p)
+	}
+	return err
 }
 
 // cutPad removes the n pad bytes in front of the ICRC trailer of b.

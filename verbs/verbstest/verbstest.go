@@ -14,7 +14,7 @@ import (
 )
 
 // Options shape a Pair. The zero value gives RC QPs with a 4096-byte path
-// MTU, 64 KiB buffers and a 4.2 ms ACK timeout, over UDP on loopback.
+// MTU, 64 KiB buffers and a 67 ms ACK timeout (14), over UDP on loopback.
 type Options struct {
 	Type    verbs.QPType
 	PathMTU verbs.MTU
@@ -22,7 +22,7 @@ type Options struct {
 	// Conns, when set, carry the two ends' packets instead of UDP sockets.
 	Conns [2]transport.Conn
 	// Timeout, RetryCnt, RNRRetry, MinRNRTimer are the RC attributes
-	// (defaults 10, 7, 7, 1).
+	// (defaults 14, 7, 7, 1).
 	Timeout, RetryCnt, RNRRetry, MinRNRTimer uint8
 	SetRetry                                 bool // use RetryCnt/RNRRetry even when 0
 	MaxRdAtomic                              uint8
@@ -66,7 +66,7 @@ func NewPair(tb testing.TB, o Options) *Pair {
 		o.BufSize = 64 << 10
 	}
 	if o.Timeout == 0 {
-		o.Timeout = 10
+		o.Timeout = 14 // 67 ms, as perftest and ibv_rc_pingpong use
 	}
 	if !o.SetRetry {
 		if o.RetryCnt == 0 {

@@ -82,6 +82,22 @@ func (t *Table) Register(buf []byte, access, pd uint32) (r *Region, ok bool) {
 	return r, true
 }
 
+// RegisterAt adds a region for buf that answers to a chosen key and
+// virtual address instead of a random key and buf's real address. It exists
+// for verbs' tests, which replay captured traffic that names the peer's
+// keys and addresses; nothing else may use it. ok is false when key is 0
+// or in use, or the table is full.
+func (t *Table) RegisterAt(buf []byte, va uint64, key, access, pd uint32) (r *Region, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if key == 0 || t.regions[key] != nil || len(t.regions) >= t.limit {
+		return nil, false
+	}
+	r = &Region{Buf: buf, VA: va, Key: key, Access: access, PD: pd}
+	t.regions[key] = r
+	return r, true
+}
+
 // Deregister removes the region with key. After it returns no lookup finds
 // the region, and no access to it is in progress.
 func (t *Table) Deregister(key uint32) bool {

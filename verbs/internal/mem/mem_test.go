@@ -73,3 +73,22 @@ func TestKeysUnpredictableAndLimited(t *testing.T) {
 		t.Error("registered past the limit")
 	}
 }
+
+func TestRegisterAt(t *testing.T) {
+	tb := New(2)
+	buf := make([]byte, 64)
+	r, ok := tb.RegisterAt(buf, 0x7f0000001000, 0x2ba, RemoteRead, 1)
+	if !ok || r.Key != 0x2ba || r.VA != 0x7f0000001000 {
+		t.Fatalf("RegisterAt: %+v, %v", r, ok)
+	}
+	buf[8] = 42
+	if b, st := tb.Lookup(0x2ba, 1, 0x7f0000001008, 1, RemoteRead); st != OK || b[0] != 42 {
+		t.Fatalf("lookup at the chosen address: %v", st)
+	}
+	if _, ok := tb.RegisterAt(buf, 0, 0x2ba, 0, 1); ok {
+		t.Fatal("a key in use was registered again")
+	}
+	if _, ok := tb.RegisterAt(buf, 0, 0, 0, 1); ok {
+		t.Fatal("key 0 was registered")
+	}
+}

@@ -1,0 +1,150 @@
+package tbrdma_test
+
+import (
+	"bytes"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/tbrdma/tbrdma"
+
+// depRule forbids the packages under dir (a module-relative path) from
+// depending, directly or transitively, on any import path matched by
+// forbidden. See STYLE.md §4 and docs/architecture.md.
+type depRule struct {
+	dir       string
+	forbidden []string
+}
+
+// Patterns: "pkg/..." matches pkg and everything below it; a pattern
+// without "/..." is a substring of the import path (used for "mdns").
+var depRules = []depRule{
+	{"transport", []string{
+		module + "/verbs/...", module + "/rdmacm/...", module + "/discovery/...", module + "/cmd/...",
+		"github.com/spf13/cobra/...", "lipgloss", "github.com/hashicorp/...", "mdns",
+	}},
+	{"verbs", []string{
+		module + "/discovery/...", module + "/rdmacm/...", module + "/cmd/...",
+		"github.com/spf13/cobra/...", "lipgloss", "mdns",
+	}},
+	{"discovery", []string{
+		module + "/verbs/...", module + "/rdmacm/...", module + "/transport/...", module + "/cmd/...",
+		"github.com/spf13/cobra/...", "lipgloss",
+	}},
+	{"rdmacm", []string{
+		module + "/verbs/internal/...", module + "/cmd/...",
+		"github.com/spf13/cobra/...", "lipgloss",
+	}},
+}
+
+func matches(pattern, importPath string) bool {
+	if prefix, ok := strings.CutSuffix(pattern, "/..."); ok {
+		return importPath == prefix || strings.HasPrefix(importPath, prefix+"/")
+	}
+	return strings.Contains(importPath, pattern)
+}
+
+// violations returns "pkg -> dep" for every forbidden dependency in deps
+// (package import path -> its transitive dependencies).
+func violations(rules []depRule, deps map[string][]string) []string {
+	var bad []string
+	for _, r := range rules {
+		for pkg, pkgDeps := range deps {
+			if !matches(module+"/"+r.dir+"/...", pkg) {
+				continue
+			}
+			for _, d := range pkgDeps {
+				for _, f := range r.forbidden {
+					if matches(f, d) {
+						bad = append(bad, pkg+" -> "+d+" (forbidden: "+f+")")
+					}
+				}
+			}
+		}
+	}
+	return bad
+}
+
+// TestDependencies enforces the dependency direction of STYLE.md §4 with
+// `go list -deps`. Library directories without packages yet are skipped.
+func TestDependencies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go tool not on PATH")
+	}
+	checked := 0
+	for _, r := range depRules {
+		// -e: report broken packages in .Error instead of failing; the build
+		// and the package's own tests catch those.
+		cmd := exec.Command(goTool, "list", "-e", "-deps", "-f",
+			`{{if .Module}}{{if eq .Module.Path "`+module+`"}}{{.ImportPath}}{{range .Deps}} {{.}}{{end}}{{end}}{{end}}`,
+			"./"+r.dir+"/...")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%v: %v\n%s", cmd, err, stderr.String())
+		}
+		deps := make(map[string][]string)
+		for line := range strings.Lines(stdout.String()) {
+			f := strings.Fields(line)
+			if len(f) > 0 {
+				deps[f[0]] = f[1:]
+			}
+		}
+		n := 0
+		for pkg := range deps {
+			if matches(module+"/"+r.dir+"/...", pkg) {
+				n++
+			}
+		}
+		if n == 0 {
+			t.Logf("%s: no packages yet, skipped", r.dir)
+			continue
+		}
+		checked += n
+		for _, v := range violations([]depRule{r}, deps) {
+			t.Errorf("forbidden dependency: %s", v)
+		}
+	}
+	t.Logf("checked %d library packages", checked)
+}
+
+// TestDependencyRules checks that the rules catch what they should.
+func TestDependencyRules(t *testing.T) {
+	deps := map[string][]string{
+		module + "/transport":            {"net/netip", "golang.org/x/sys/unix"},
+		module + "/transport/sniff":      {module + "/verbs"},
+		module + "/verbs":                {module + "/transport", module + "/transport/wire"},
+		module + "/verbs/internal/mem":   {"github.com/hashicorp/mdns"},
+		module + "/discovery":            {"github.com/hashicorp/mdns", module + "/transport/wire"},
+		module + "/rdmacm":               {module + "/verbs", module + "/discovery", module + "/verbs/internal/engine"},
+		module + "/rdmacm/internal/fsm":  {"charm.land/lipgloss/v2"},
+		module + "/cmd/tbrdma":           {"github.com/spf13/cobra", module + "/rdmacm"},
+		module + "/verbsx":               {module + "/cmd/tbrdma"}, // not under verbs/
+		module + "/transport/transport2": {module + "/verbsfoo"},   // not verbs/...
+	}
+	got := violations(depRules, deps)
+	want := []string{
+		module + "/transport/sniff -> " + module + "/verbs",
+		module + "/verbs/internal/mem -> github.com/hashicorp/mdns",
+		module + "/discovery -> " + module + "/transport/wire",
+		module + "/rdmacm -> " + module + "/verbs/internal/engine",
+		module + "/rdmacm/internal/fsm -> charm.land/lipgloss/v2",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d violations, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
+	}
+	for _, w := range want {
+		found := false
+		for _, g := range got {
+			found = found || strings.HasPrefix(g, w+" ")
+		}
+		if !found {
+			t.Errorf("missing violation %q in:\n%s", w, strings.Join(got, "\n"))
+		}
+	}
+}

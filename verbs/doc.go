@@ -1,0 +1,45 @@
+// Package verbs is an ibverbs-shaped API over a software RDMA engine that
+// speaks RoCEv2 exactly as Linux SoftRoCE (rdma_rxe) does, so a peer may be
+// another tbrdma process or a stock Linux host with rdma_rxe.
+//
+// # Object model
+//
+// A [Context] is an open soft device: one UDP endpoint (port 4791 on one
+// interface address), the memory region table, and every queue pair on it.
+// From a Context come protection domains ([Context.AllocPD]), completion
+// queues ([Context.CreateCQ]) and completion channels. From a [PD] come
+// memory regions ([PD.RegMR]), queue pairs ([PD.CreateQP]), shared receive
+// queues and address handles. A [QP] walks the ibverbs state machine
+// RESET → INIT → RTR → RTS with [QP.Modify] and the same attribute masks
+// ibv_modify_qp checks; work is posted with [QP.PostSend] and
+// [QP.PostRecv]; results arrive as [WC] values polled from a [CQ].
+//
+// # Lifetimes
+//
+// An MR's buffer must stay untouched by other uses until
+// [MR.Deregister] returns; from then on a remote access with its key fails
+// with REM_ACCESS_ERR and no access to it is in progress. The memory named
+// by a posted work request must not change until the request completes
+// (inline sends copy at post time). Close on a QP flushes its outstanding
+// work requests with WR_FLUSH_ERR; Close on the Context closes everything.
+//
+// # Concurrency
+//
+// Every method is safe for concurrent use. The Context runs one goroutine
+// that receives packets and drives the responder and completer of each QP;
+// each QP has a timer for retransmission and RNR waits. Posting runs the
+// requester in the caller's goroutine and sends at once. [CQ.Poll] never
+// blocks; [CompChannel.GetEvent] blocks until an armed CQ gets a completion.
+//
+// # Engine
+//
+// Requester, responder and completer follow the IBTA and rdma_rxe: PMTU
+// segmentation (FIRST/MIDDLE/LAST/ONLY), AckReq on the last packet of each
+// message and every 64 packets, PSN sequence-error NAK and go-back-N, the
+// retransmit timer (4.096 µs × 2^timeout) with retry_cnt, RNR NAK with the
+// RNR timer table and rnr_retry, duplicate detection with READ replay and
+// atomic result replay, max_rd_atomic enforcement, UD with Q_Key checks and
+// the 40-byte GRH area. Unlike rdma_rxe, retry_cnt 7 means seven retries
+// (IBTA), not infinitely many, so a vanished peer always ends in
+// RETRY_EXC_ERR.
+package verbs

@@ -1,0 +1,42 @@
+package verbs
+
+// Test-only hooks for the replay tests (replay_test.go): they let a test
+// give a QP and a memory region the numbers a captured peer used.
+
+import "fmt"
+
+// createQPNumbered creates a QP whose QPN is qpn (which must be free).
+func (pd *PD) createQPNumbered(init *QPInitAttr, qpn QPN) (*QP, error) {
+	c := pd.ctx
+	if !qpn.Valid() || qpn < firstQPN {
+		return nil, fmt.Errorf("createQPNumbered: QPN %v is reserved", qpn)
+	}
+	c.mu.Lock()
+	taken := c.qps[qpn] != nil
+	if !taken {
+		c.nextQPN = qpn
+	}
+	c.mu.Unlock()
+	if taken {
+		return nil, fmt.Errorf("createQPNumbered: QPN %v in use", qpn)
+	}
+	qp, err := pd.CreateQP(init)
+	if err != nil {
+		return nil, err
+	}
+	if qp.QPN() != qpn {
+		qp.Close()
+		return nil, fmt.Errorf("createQPNumbered: got QPN %v, want %v", qp.QPN(), qpn)
+	}
+	return qp, nil
+}
+
+// regMRAt registers buf so that remote requests name it with key at
+// virtual addresses va .. va+len(buf), as a captured peer's MR was.
+func (pd *PD) regMRAt(buf []byte, va uint64, key RKey, access AccessFlags) (*MR, error) {
+	r, ok := pd.ctx.mrs.RegisterAt(buf, va, uint32(key), uint32(access), pd.id)
+	if !ok {
+		return nil, fmt.Errorf("regMRAt: key %v is 0 or in use, or the table is full", key)
+	}
+	return &MR{pd: pd, region: r}, nil
+}
