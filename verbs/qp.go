@@ -666,6 +666,7 @@ func (qp *QP) enterError(now time.Time) {
 		return
 	}
 	qp.state = QPStateErr
+	qp.req.retxAt, qp.req.rnrAt = time.Time{}, time.Time{}
 	qp.stopTimer()
 	if qp.rsp.inRecv {
 		qp.rsp.inRecv = false
@@ -712,7 +713,7 @@ func (qp *QP) fail(status WCStatus, now time.Time) {
 // rearm schedules the QP's timer for the earliest pending deadline.
 func (qp *QP) rearm(now time.Time) {
 	at := qp.req.deadline()
-	if at.IsZero() {
+	if at.IsZero() || qp.state != QPStateRTS && qp.state != QPStateSQD {
 		qp.stopTimer()
 		return
 	}

@@ -33,6 +33,7 @@ type requester struct {
 	retxAt    time.Time // retransmit deadline, zero = not armed
 	rnrAt     time.Time // end of the RNR wait, zero = not waiting
 	inRetry   bool
+	readGap   bool // a READ response gap was re-requested; cleared by progress
 }
 
 func (r *requester) deadline() time.Time {
@@ -315,13 +316,18 @@ func (qp *QP) complete(pkt *wire.Packet, now time.Time) {
 			qp.fail(WCBadRespErr, now)
 			return
 		}
-		qp.ackThrough(psn.Add(-1), now)
-		if qp.sqHead == qp.sqNext && qp.sqHead == qp.sqTail {
+		if qp.ackThrough(psn.Add(-1), now) && !qp.req.readGap {
+			// The response to an earlier READ or atomic is missing: ask
+			// again at once, once per gap (see handleReadResponse).
+			qp.req.readGap = true
+			qp.rewind(qp.req.compPSN, now)
+		}
+		if qp.sqHead == qp.sqTail {
 			c.Counters.DropResponse.Add(1)
 			return
 		}
 		w := qp.wqe(qp.sqHead)
-		if !w.wr.Opcode.isAtomic() || w.sent == 0 || w.first != psn {
+		if !w.wr.Opcode.isAtomic() || w.npkts == 0 || w.first != psn {
 			c.Counters.DropResponse.Add(1)
 			return
 		}
@@ -363,6 +369,7 @@ func (qp *QP) progress(now time.Time) {
 	qp.req.retryLeft = int(qp.attr.RetryCnt)
 	qp.req.rnrLeft = int(qp.attr.RNRRetry)
 	qp.req.inRetry = false
+	qp.req.readGap = false
 	if qp.req.compPSN == qp.req.psn {
 		qp.req.retxAt = time.Time{}
 	} else if t := qp.ackTimeout(); t > 0 {
@@ -465,10 +472,15 @@ func (qp *QP) handleAck(p PSN, syn wire.Syndrome, now time.Time) {
 func (qp *QP) handleReadResponse(pkt *wire.Packet, psn PSN, op wire.Opcode, now time.Time) {
 	c := qp.ctx
 	if psn != qp.req.compPSN {
-		// rxe's completer drops responses that are not the next expected
-		// one; the retransmit timer recovers a gap.
-		qp.ackThrough(qp.req.compPSN.Add(-1), now)
+		// Responses are accepted only in order, as rxe's completer does.
+		// rxe waits for the retransmit timer to recover a gap; tbrdma asks
+		// again at once, once per gap, which a peer sees as a duplicate
+		// READ request and answers by replaying from the missing PSN.
 		c.Counters.DropResponse.Add(1)
+		if psn.Diff(qp.req.compPSN) > 0 && !qp.req.readGap {
+			qp.req.readGap = true
+			qp.rewind(qp.req.compPSN, now)
+		}
 		return
 	}
 	if qp.sqHead == qp.sqTail {

@@ -248,7 +248,7 @@ func (qp *QP) respondRC(pkt *wire.Packet, now time.Time) {
 		res := qp.newResource()
 		*res = rdResource{valid: true, first: psn, last: psn.Add(np - 1), va: va, length: dl, rkey: rkey, msn: r.msn}
 		r.ePSN = psn.Add(np)
-		qp.sendReadResponses(res, psn)
+		qp.sendReadResponses(res, psn, dl)
 	case op.IsAtomic():
 		if access&AccessRemoteAtomic == 0 || len(r.res) == 0 {
 			qp.nakInvalid(psn, now)
@@ -316,11 +316,14 @@ func (qp *QP) duplicate(pkt *wire.Packet, psn PSN, op wire.Opcode) {
 			if !res.valid || res.atomic || psn.Diff(res.first) < 0 || psn.Diff(res.last) > 0 {
 				continue
 			}
+			// The duplicate must ask for a part of the original range, with
+			// the same R_Key; rxe then replays what it asks for.
 			off := uint64(psn.Diff(res.first)) * uint64(qp.pmtu)
-			if pkt.RETH.RKey() != RKey(res.rkey) || pkt.RETH.VA() != res.va+off {
+			dl := uint64(pkt.RETH.DMALen())
+			if pkt.RETH.RKey() != RKey(res.rkey) || pkt.RETH.VA() != res.va+off || off+dl > uint64(res.length) {
 				return
 			}
-			qp.sendReadResponses(res, psn)
+			qp.sendReadResponses(res, psn, uint32(off+dl))
 			return
 		}
 	case op.IsAtomic():
@@ -336,20 +339,21 @@ func (qp *QP) duplicate(pkt *wire.Packet, psn PSN, op wire.Opcode) {
 	}
 }
 
-// sendReadResponses sends the responses of a READ from PSN from through
-// its last PSN.
-func (qp *QP) sendReadResponses(res *rdResource, from PSN) {
+// sendReadResponses sends the responses of a READ from PSN from up to
+// byte end of the original range (a duplicate request may ask for less
+// than the original did).
+func (qp *QP) sendReadResponses(res *rdResource, from PSN, end uint32) {
 	c := qp.ctx
 	pmtu := uint64(qp.pmtu)
-	k := uint64(from.Diff(res.first))
-	total := npkts(res.length, qp.pmtu)
-	for i := int(k); i < total; i++ {
+	k := int(from.Diff(res.first))
+	total := npkts(end, qp.pmtu)
+	for i := k; i < total; i++ {
 		off := uint64(i) * pmtu
-		n := uint64(res.length) - off
+		n := uint64(end) - off
 		if n > pmtu {
 			n = pmtu
 		}
-		first, last := i == int(k), i == total-1
+		first, last := i == k, i == total-1
 		var h wire.Headers
 		h.BTH = wire.BTHFields{PKey: wire.PKeyDefault, DestQP: qp.attr.DestQPN, PSN: res.first.Add(i)}
 		switch {

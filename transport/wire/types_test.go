@@ -30,7 +30,7 @@ func TestPSNAdd(t *testing.T) {
 		{0, -(1 << 24) - 1, 0xFFFFFF},
 		{0x7FFFFF, 1, 0x800000},
 		{0x800000, 0x800000, 0},
-		{0xFFFFFE, 1<<40 + 3, 1},
+		{0xFFFFFE, 1<<28 + 3, 1},
 	} {
 		if got := c.p.Add(c.n); got != c.want {
 			t.Errorf("%v.Add(%d) = %v, want %v", c.p, c.n, got, c.want)

@@ -1,0 +1,258 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
+	"github.com/tbrdma/tbrdma/verbs"
+)
+
+// Loopback addresses for this package's tests: 127.79.x.y, a range no
+// other package's tests use, so that tests running at once in other
+// processes never fight over UDP port 4791.
+var nextAddr atomic.Uint32
+
+func loopbackAddr() netip.Addr {
+	n := nextAddr.Add(1)
+	return netip.AddrFrom4([4]byte{127, 79, byte(n >> 8), byte(n)})
+}
+
+// testFactory returns a factory writing to buffers.
+func testFactory() (*Factory, *bytes.Buffer, *bytes.Buffer) {
+	io, out, errOut := ui.Test()
+	f := &Factory{IO: io, Now: time.Now}
+	f.OpenDevice = func(a netip.Addr) (*verbs.Context, error) { return openDevice(a, nil) }
+	return f, out, errOut
+}
+
+func TestExitCodes(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string // in stderr
+	}{
+		{"unknown flag", []string{"pingpong", "--nope"}, ExitUsage, "unknown flag: --nope"},
+		{"bad value", []string{"pingpong", "-m", "1000"}, ExitUsage, "invalid -m 1000"},
+		{"two peers", []string{"pingpong", "a", "b"}, ExitUsage, "too many arguments"},
+		{"unknown command", []string{"frobnicate"}, ExitUsage, "unknown command"},
+		{"atomic size", []string{"atomic-lat", "-s", "16", "x"}, ExitUsage, "atomic operations are 8 bytes"},
+		{"usage printed", []string{"read-lat", "-c", "UD"}, ExitUsage, "Usage:"},
+		{"help", []string{"pingpong", "--help"}, ExitOK, ""},
+		{"peer failed", []string{"pingpong", "-p", "1", "--bind", "127.0.0.1", "127.0.0.1"}, ExitFailed, "couldn't connect to 127.0.0.1:1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f, _, errOut := testFactory()
+			if got := run(context.Background(), f, c.args); got != c.code {
+				t.Errorf("exit code %d, want %d; stderr:\n%s", got, c.code, errOut)
+			}
+			if !strings.Contains(errOut.String(), c.want) {
+				t.Errorf("stderr %q lacks %q", errOut, c.want)
+			}
+		})
+	}
+}
+
+func TestInterruptedExitCode(t *testing.T) {
+	f, _, _ := testFactory()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	a := loopbackAddr()
+	if got := run(ctx, f, []string{"pingpong", "-p", "0", "--bind", a.String()}); got != ExitInterrupted {
+		t.Fatalf("exit code %d, want %d", got, ExitInterrupted)
+	}
+}
+
+// parse runs a command's flag parsing and returns the options it built.
+func parsePingpong(t *testing.T, f *Factory, args ...string) *pingpongOptions {
+	t.Helper()
+	var got *pingpongOptions
+	cmd := newCmdPingpong(f, func(o *pingpongOptions) error { got = o; return nil })
+	cmd.SetArgs(args)
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("parse %q: %v", args, err)
+	}
+	return got
+}
+
+func parsePerftest(t *testing.T, f *Factory, k *perftestKind, args ...string) *perftestOptions {
+	t.Helper()
+	var got *perftestOptions
+	cmd := newCmdPerftest(f, k, func(o *perftestOptions) error { got = o; return nil })
+	cmd.SetArgs(args)
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("parse %q: %v", args, err)
+	}
+	return got
+}
+
+// pair runs a server and a client; startClient gets the server's TCP port.
+func pair(t *testing.T, server func(listening func(net.Addr)) error, client func(port int) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	portc := make(chan int, 1)
+	var wg sync.WaitGroup
+	var serr, cerr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		serr = server(func(a net.Addr) { portc <- a.(*net.TCPAddr).Port })
+	}()
+	select {
+	case port := <-portc:
+		cerr = client(port)
+	case <-ctx.Done():
+		t.Fatal("server did not listen")
+	}
+	wg.Wait()
+	if serr != nil || cerr != nil {
+		t.Fatalf("server: %v; client: %v", serr, cerr)
+	}
+}
+
+var (
+	localRE  = regexp.MustCompile(`(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:127\.79\.\d+\.\d+$`)
+	remoteRE = regexp.MustCompile(`(?m)^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:127\.79\.\d+\.\d+$`)
+)
+
+func TestPingpongLoopback(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"64B", []string{"-n", "20", "-s", "64"}},
+		{"8KiB-above-MTU", []string{"-n", "20", "-s", "8192", "-m", "1024", "-c"}},
+		{"events-small-rxdepth", []string{"-n", "50", "-s", "1", "-r", "3", "-e"}},
+		{"zero-size", []string{"-n", "5", "-s", "0"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sa, ca := loopbackAddr(), loopbackAddr()
+			sf, sout, serr := testFactory()
+			cf, cout, cerr := testFactory()
+			so := parsePingpong(t, sf, append([]string{"--bind", sa.String(), "-p", "0"}, c.args...)...)
+			pair(t, func(l func(net.Addr)) error {
+				so.Listening = l
+				return runPingpong(context.Background(), so)
+			}, func(port int) error {
+				co := parsePingpong(t, cf, append([]string{"--bind", ca.String(), "-p", itoa(port), sa.String()}, c.args...)...)
+				return runPingpong(context.Background(), co)
+			})
+			iters := so.Iters
+			for side, out := range map[string]string{"server": sout.String(), "client": cout.String()} {
+				if !localRE.MatchString(out) || !remoteRE.MatchString(out) {
+					t.Errorf("%s: address lines missing:\n%s", side, out)
+				}
+				want := regexp.MustCompile(`(?m)^` + itoa(so.Size*iters*2) + ` bytes in \d+\.\d\d seconds = [\d.]+ Mbit/sec\n` +
+					itoa(iters) + ` iters in \d+\.\d\d seconds = \d+\.\d\d usec/iter\n`)
+				if !want.MatchString(out) {
+					t.Errorf("%s: result lines missing:\n%s", side, out)
+				}
+				if strings.Contains(out, "invalid data") {
+					t.Errorf("%s: %s", side, out)
+				}
+			}
+			if serr.Len() > 0 || cerr.Len() > 0 {
+				t.Errorf("stderr: server %q, client %q", serr, cerr)
+			}
+		})
+	}
+}
+
+func TestPerftestLoopback(t *testing.T) {
+	for _, c := range []struct {
+		kind *perftestKind
+		args []string
+		row  *regexp.Regexp
+	}{
+		{readLatTest, []string{"-n", "20", "-s", "64"}, regexp.MustCompile(`(?m)^ 64      20          [\d.]+ `)},
+		{readLatTest, []string{"-n", "10", "-s", "10000", "-m", "1024"}, regexp.MustCompile(`(?m)^ 10000   10          [\d.]+ `)},
+		{atomicLatTest, []string{"-n", "20"}, regexp.MustCompile(`(?m)^ 8       20          [\d.]+ `)},
+		{atomicLatTest, []string{"-n", "20", "-A", "CMP_AND_SWAP"}, regexp.MustCompile(`(?m)^ 8       20          [\d.]+ `)},
+		{writeBWTest, []string{"-n", "50", "-s", "65536"}, regexp.MustCompile(`(?m)^ 65536      50               [\d.]+ +[\d.]+ *\t\t   [\d.]+$`)},
+		{writeBWTest, []string{"-n", "300", "-s", "100"}, regexp.MustCompile(`(?m)^ 100        300              [\d.]+ +[\d.]+ *\t\t   [\d.]+$`)},
+	} {
+		t.Run(c.kind.name+"/"+strings.Join(c.args, ""), func(t *testing.T) {
+			sa, ca := loopbackAddr(), loopbackAddr()
+			sf, sout, serr := testFactory()
+			cf, cout, cerr := testFactory()
+			so := parsePerftest(t, sf, c.kind, append([]string{"--bind", sa.String(), "-p", "0"}, c.args...)...)
+			var sbuf, cbuf []byte
+			so.Inspect = func(b []byte) { sbuf = b }
+			pair(t, func(l func(net.Addr)) error {
+				so.Listening = l
+				return runPerftest(context.Background(), so)
+			}, func(port int) error {
+				co := parsePerftest(t, cf, c.kind, append([]string{"--bind", ca.String(), "-p", itoa(port), sa.String()}, c.args...)...)
+				co.Inspect = func(b []byte) { cbuf = b }
+				return runPerftest(context.Background(), co)
+			})
+			if !c.row.MatchString(cout.String()) {
+				t.Errorf("client: no result row %v:\n%s", c.row, cout)
+			}
+			if c.kind.bw && !c.row.MatchString(sout.String()) {
+				t.Errorf("server: no result row %v:\n%s", c.row, sout)
+			}
+			for _, out := range []string{sout.String(), cout.String()} {
+				if !strings.Contains(out, " local address: LID 0000 QPN 0x") || !strings.Contains(out, " GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:79:") {
+					t.Errorf("address lines missing:\n%s", out)
+				}
+			}
+			if c.kind != atomicLatTest && (serr.Len() > 0 || cerr.Len() > 0) {
+				t.Errorf("stderr: server %q, client %q", serr, cerr)
+			}
+			if c.kind == atomicLatTest && !strings.Contains(cerr.String(), "results checked") {
+				t.Errorf("atomic results not checked: %q", cerr)
+			}
+			if c.kind == readLatTest && (!bytes.Equal(sbuf[:so.Size], cbuf[:so.Size]) || sbuf[0] == 0) {
+				t.Errorf("READ data differs: read % x, served % x", cbuf[:8], sbuf[:8])
+			}
+			if c.kind == atomicLatTest && so.AtomicType == "FETCH_AND_ADD" && !strings.Contains(serr.String(), "as expected") {
+				t.Errorf("server did not check the atomics' result: %q", serr)
+			}
+		})
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestPingpongResultLines checks the result lines against ibv_rc_pingpong's
+// output for the same elapsed time (testdata/rxe/rc_pingpong.client.txt).
+func TestPingpongResultLines(t *testing.T) {
+	var b bytes.Buffer
+	printPingpongResult(&b, 4096, 5, 34838*time.Microsecond)
+	want := "40960 bytes in 0.03 seconds = 9.41 Mbit/sec\n5 iters in 0.03 seconds = 6967.60 usec/iter\n"
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+// TestPingpongServerWithoutBind checks that a server without --bind listens
+// on every address and opens its device on the address the client reached.
+func TestPingpongServerWithoutBind(t *testing.T) {
+	sa, ca := loopbackAddr(), loopbackAddr()
+	sf, sout, _ := testFactory()
+	cf, _, _ := testFactory()
+	so := parsePingpong(t, sf, "-p", "0", "-n", "5", "-s", "100")
+	pair(t, func(l func(net.Addr)) error {
+		so.Listening = l
+		return runPingpong(context.Background(), so)
+	}, func(port int) error {
+		co := parsePingpong(t, cf, "--bind", ca.String(), "-p", itoa(port), "-n", "5", "-s", "100", sa.String())
+		return runPingpong(context.Background(), co)
+	})
+	if want := "GID ::ffff:" + sa.String() + "\n"; !strings.Contains(sout.String(), "local address:  LID 0x0000, QPN 0x000011, PSN") || !strings.Contains(sout.String(), want) {
+		t.Errorf("server output lacks its local address %s:\n%s", sa, sout)
+	}
+}

@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+)
+
+// parseBind reads --bind, or -d when it holds an IP address (the stock
+// tools' device flag; a device name such as rxe0 means nothing to tbrdma
+// and is ignored). The zero Addr means "not given".
+func parseBind(bind, device string) (netip.Addr, error) {
+	if bind != "" {
+		a, err := netip.ParseAddr(bind)
+		if err != nil {
+			return netip.Addr{}, FlagErrorf("invalid --bind %q: want a local IP address", bind)
+		}
+		return a.Unmap(), nil
+	}
+	if a, err := netip.ParseAddr(device); err == nil {
+		return a.Unmap(), nil
+	}
+	return netip.Addr{}, nil
+}
+
+// listenOne listens on bind:port (all addresses when bind is not set),
+// accepts one connection and closes the listener, as the stock tools do.
+// ready, if not nil, is called once the listener is up.
+func listenOne(ctx context.Context, bind netip.Addr, port int, ready func(net.Addr)) (net.Conn, error) {
+	host := ""
+	if bind.IsValid() {
+		host = bind.String()
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return nil, fmt.Errorf("couldn't listen to port %d: %w", port, err)
+	}
+	defer ln.Close()
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	c, err := ln.Accept()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("accept on port %d: %w", port, err)
+	}
+	return c, nil
+}
+
+// dial connects to peer:port, from bind when it is set.
+func dial(ctx context.Context, peer string, bind netip.Addr, port int) (net.Conn, error) {
+	var d net.Dialer
+	if bind.IsValid() {
+		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(bind, 0))
+	}
+	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(peer, strconv.Itoa(port)))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("couldn't connect to %s:%d: %w", peer, port, err)
+	}
+	return c, nil
+}
+
+// localAddr is the IP address of our end of c: the address the peer
+// reached us at, and so the one our RoCE device must use.
+func localAddr(c net.Conn) netip.Addr {
+	if a, ok := c.LocalAddr().(*net.TCPAddr); ok {
+		return a.AddrPort().Addr().Unmap().WithZone("")
+	}
+	return netip.Addr{}
+}
+
+// remoteAddr is the IP address of the peer's end of c.
+func remoteAddr(c net.Conn) netip.Addr {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.AddrPort().Addr().Unmap().WithZone("")
+	}
+	return netip.Addr{}
+}
+
+// closeOnCancel closes c when ctx ends, so blocked reads return; call the
+// returned func to stop watching.
+func closeOnCancel(ctx context.Context, c net.Conn) func() bool {
+	return context.AfterFunc(ctx, func() { c.Close() })
+}
+
+// checkPort validates -p: 1..65535, or 0 for a server (any free port; the
+// tests use it).
+func checkPort(port int, peer string) error {
+	if port < 0 || port > 65535 || (port == 0 && peer != "") {
+		return FlagErrorf("invalid -p %d", port)
+	}
+	return nil
+}

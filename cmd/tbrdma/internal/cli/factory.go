@@ -1,0 +1,47 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"syscall"
+	"time"
+
+	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
+	"github.com/tbrdma/tbrdma/verbs"
+)
+
+// Factory holds what commands depend on, so that tests can replace it.
+type Factory struct {
+	IO  *ui.IO
+	Now func() time.Time
+	// OpenDevice opens a tbrdma device (a verbs context) on a local IP
+	// address, receiving RoCEv2 on UDP port 4791 there.
+	OpenDevice func(addr netip.Addr) (*verbs.Context, error)
+	// Logger, when set by --debug, receives the engine's debug messages.
+	Logger *slog.Logger
+}
+
+// NewFactory returns the factory of the real process.
+func NewFactory() *Factory {
+	f := &Factory{IO: ui.System(), Now: time.Now}
+	f.OpenDevice = func(addr netip.Addr) (*verbs.Context, error) {
+		return openDevice(addr, f.Logger)
+	}
+	return f
+}
+
+func openDevice(addr netip.Addr, log *slog.Logger) (*verbs.Context, error) {
+	ctx, err := verbs.NewContext(&verbs.Options{Addr: addr, ActiveMTU: verbs.MTU4096, Logger: log})
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("open device on %v: UDP port 4791 at %v is in use (by rdma_rxe or another tbrdma): pick another local address with --bind", addr, addr)
+	}
+	if errors.Is(err, syscall.EADDRNOTAVAIL) {
+		return nil, fmt.Errorf("open device on %v: no interface has that address (--bind must be a local address)", addr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open device on %v: %w", addr, err)
+	}
+	return ctx, nil
+}

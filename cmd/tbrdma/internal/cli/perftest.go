@@ -1,0 +1,569 @@
+package cli
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/perf"
+	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
+	"github.com/tbrdma/tbrdma/verbs"
+)
+
+// perftestKind describes one perftest-compatible command (readlat.go,
+// atomiclat.go, writebw.go). The commands
+// share flags, the TCP exchange and the QP setup; they differ in the verb,
+// the defaults and the number of synchronising handshakes, which follow
+// what Debian 12's perftest 4.5 does on the wire.
+type perftestKind struct {
+	name, stock string
+	verb        perf.Verb
+	bw          bool
+	defSize     int
+	defIters    int
+}
+
+type perftestOptions struct {
+	IO         *ui.IO
+	Now        func() time.Time
+	OpenDevice func(netip.Addr) (*verbs.Context, error)
+	Listening  func(net.Addr)
+	// Inspect, if set, sees the registered buffer after a successful run
+	// (for tests).
+	Inspect func(buf []byte)
+	Kind    *perftestKind
+
+	Peer       string
+	Port       int
+	Device     string
+	IBPort     int
+	Size       int
+	Iters      int
+	MTU        int
+	GIDIdx     int
+	Conn       string
+	TxDepth    int
+	CQMod      int
+	QPTimeout  int
+	OutReads   int
+	AtomicType string
+	Events     bool
+	CPUFreq    bool
+	Bind       string
+	Timeout    time.Duration
+
+	bind netip.Addr
+}
+
+func newCmdPerftest(f *Factory, k *perftestKind, runF func(*perftestOptions) error) *cobra.Command {
+	opts := &perftestOptions{IO: f.IO, Now: f.Now, Kind: k}
+	cmd := &cobra.Command{
+		Use:   k.name + " [flags] [peer]",
+		Short: fmt.Sprintf("%s, compatible with perftest's %s", testTitle(k), k.stock),
+		Long: fmt.Sprintf(`Run perftest's %s test over an RC QP. Without a peer tbrdma is the server
+and waits for one client; with a peer it is the client. Flags, the TCP
+exchange on port 18515 and the output are perftest's, so the other side may be
+a stock %s on a Linux rdma_rxe (or RoCE) host. tbrdma announces itself
+as perftest %s in the exchange, the version Debian 12 ships.
+
+The local RoCE address is --bind (or -d given an IP address), else the address
+of our end of the TCP connection.`, k.stock, k.stock, perf.Version),
+		Example: fmt.Sprintf(`  %s -d rxe0 -x 1 -F                     # stock server on 198.18.0.2
+  tbrdma %s 198.18.0.2                       # tbrdma client`, k.stock, k.name),
+		Args: maxArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				opts.Peer = args[0]
+			}
+			opts.OpenDevice = f.OpenDevice
+			if err := opts.check(c); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return runPerftest(c.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVarP(&opts.Port, "port", "p", 18515, "listen on/connect to TCP `port`")
+	fl.StringVarP(&opts.Device, "ib-dev", "d", "", "`device`: an IP address is used as --bind; a name is ignored")
+	fl.IntVarP(&opts.IBPort, "ib-port", "i", 1, "use `port` of the device (tbrdma has port 1 only)")
+	fl.IntVarP(&opts.Size, "size", "s", k.defSize, "size of message to exchange")
+	fl.IntVarP(&opts.Iters, "iters", "n", k.defIters, "number of exchanges (at least 5)")
+	fl.IntVarP(&opts.MTU, "mtu", "m", 0, "MTU size: 256 - 4096 (default the port's active MTU, 4096)")
+	fl.IntVarP(&opts.GIDIdx, "gid-index", "x", 0, "GID `index` (accepted; tbrdma's only GID is its address)")
+	fl.StringVarP(&opts.Conn, "connection", "c", "RC", "connection type (RC only)")
+	fl.IntVarP(&opts.QPTimeout, "qp-timeout", "u", 14, "QP timeout: 4.096 µs × 2^`value`")
+	fl.BoolVarP(&opts.CPUFreq, "CPU-freq", "F", false, "accepted for compatibility (tbrdma uses the monotonic clock)")
+	fl.BoolVarP(&opts.Events, "events", "e", false, "sleep on CQ events (default poll)")
+	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` for RoCE (UDP 4791) and the TCP exchange")
+	fl.DurationVar(&opts.Timeout, "timeout", 0, "give up after this long (0: never)")
+	if k.bw {
+		fl.IntVarP(&opts.TxDepth, "tx-depth", "t", 128, "size of the send queue")
+		fl.IntVarP(&opts.CQMod, "cq-mod", "Q", 100, "generate a completion every `n` messages (1 when size > 8192)")
+	}
+	if k.verb == perf.VerbRead || k.verb == perf.VerbAtomic {
+		fl.IntVarP(&opts.OutReads, "outs", "o", 128, "outstanding reads/atomics (responder resources)")
+	}
+	if k.verb == perf.VerbAtomic {
+		fl.StringVarP(&opts.AtomicType, "atomic_type", "A", "FETCH_AND_ADD", "CMP_AND_SWAP or FETCH_AND_ADD")
+	}
+	return cmd
+}
+
+func testTitle(k *perftestKind) string {
+	t := perf.TestInfo{Verb: k.verb, BW: k.bw, AtomicType: "FETCH_AND_ADD or CMP_AND_SWAP"}
+	return t.Title()
+}
+
+func (o *perftestOptions) check(c *cobra.Command) error {
+	var err error
+	if o.bind, err = parseBind(o.Bind, o.Device); err != nil {
+		return err
+	}
+	switch o.MTU {
+	case 0, 256, 512, 1024, 2048, 4096:
+	default:
+		return FlagErrorf("invalid -m %d: want 256, 512, 1024, 2048 or 4096", o.MTU)
+	}
+	if o.IBPort != 1 {
+		return FlagErrorf("invalid -i %d: tbrdma devices have port 1 only", o.IBPort)
+	}
+	if err := checkPort(o.Port, o.Peer); err != nil {
+		return err
+	}
+	if o.Conn != "RC" {
+		return FlagErrorf("invalid -c %s: tbrdma runs %s over RC only", o.Conn, o.Kind.stock)
+	}
+	if o.Iters < 5 {
+		return FlagErrorf("invalid -n %d: at least 5 iterations", o.Iters)
+	}
+	if o.Size < 1 || o.Size > verbs.MaxMessageSize/2 {
+		return FlagErrorf("invalid -s %d", o.Size)
+	}
+	if o.QPTimeout < 0 || o.QPTimeout > 31 {
+		return FlagErrorf("invalid --qp-timeout %d: 0..31", o.QPTimeout)
+	}
+	if o.Kind.verb == perf.VerbAtomic {
+		if o.Size != 8 {
+			return FlagErrorf("invalid -s %d: atomic operations are 8 bytes", o.Size)
+		}
+		if o.AtomicType != "FETCH_AND_ADD" && o.AtomicType != "CMP_AND_SWAP" {
+			return FlagErrorf("invalid -A %s: CMP_AND_SWAP or FETCH_AND_ADD", o.AtomicType)
+		}
+	}
+	if o.Kind.verb == perf.VerbRead || o.Kind.verb == perf.VerbAtomic {
+		if o.OutReads < 1 || o.OutReads > verbs.MaxRdAtomic {
+			return FlagErrorf("invalid -o %d: 1..%d", o.OutReads, verbs.MaxRdAtomic)
+		}
+	}
+	if o.Kind.bw {
+		if o.TxDepth < 1 || o.TxDepth > verbs.MaxQPWR {
+			return FlagErrorf("invalid -t %d", o.TxDepth)
+		}
+		o.TxDepth = min(o.TxDepth, o.Iters)
+		if !c.Flags().Changed("cq-mod") && o.Size > 8192 {
+			o.CQMod = 1
+		}
+		if o.CQMod < 1 {
+			return FlagErrorf("invalid -Q %d", o.CQMod)
+		}
+		o.CQMod = min(o.CQMod, o.TxDepth)
+	} else {
+		o.TxDepth = 1
+	}
+	return nil
+}
+
+// perftest is one side's resources.
+type perftest struct {
+	o    *perftestOptions
+	dev  *verbs.Context
+	mr   *verbs.MR
+	buf  []byte
+	qp   *verbs.QP
+	w    perf.Waiter
+	my   perf.Dest
+	mtu  verbs.MTU
+	info perf.TestInfo
+}
+
+func runPerftest(ctx context.Context, o *perftestOptions) error {
+	if o.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
+		defer cancel()
+	}
+	t := &perftest{o: o}
+	defer t.close()
+	err := t.run(ctx)
+	switch {
+	case err == nil:
+		if o.Inspect != nil {
+			o.Inspect(t.buf)
+		}
+		return nil
+	case errors.Is(err, context.DeadlineExceeded) || (o.Timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded)):
+		return fmt.Errorf("timed out after %v", o.Timeout)
+	case ctx.Err() != nil:
+		return errInterrupted
+	}
+	return err
+}
+
+func (t *perftest) run(ctx context.Context) error {
+	o := t.o
+	k := o.Kind
+	out := o.IO.Out
+	server := o.Peer == ""
+	var conn net.Conn
+	var err error
+	if server {
+		fmt.Fprint(out, perf.WaitBanner)
+		conn, err = listenOne(ctx, o.bind, o.Port, o.Listening)
+	} else {
+		conn, err = dial(ctx, o.Peer, o.bind, o.Port)
+	}
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stop := closeOnCancel(ctx, conn)
+	defer stop()
+	addr := o.bind
+	if !addr.IsValid() {
+		addr = localAddr(conn)
+	}
+	if err := t.open(addr); err != nil {
+		return err
+	}
+
+	comm := perf.NewComm(conn, server)
+	if _, err := comm.ExchangeVersions(); err != nil {
+		return err
+	}
+	if _, _, err := comm.ExchangeSysData(os.Getpagesize(), 64); err != nil {
+		return err
+	}
+	localMTU := int(t.dev.ActiveMTU())
+	if o.MTU != 0 {
+		localMTU = int(verbs.MTUForLink(o.MTU + 80))
+	}
+	m, err := comm.ExchangeMTU(localMTU)
+	if err != nil {
+		return err
+	}
+	t.mtu = verbs.MTU(m)
+	t.info = perf.TestInfo{Verb: k.verb, BW: k.bw, AtomicType: o.AtomicType, Device: "tbrdma0", Server: server,
+		TxDepth: o.TxDepth, CQMod: o.CQMod, MTU: t.mtu.Bytes(), GIDIndex: o.GIDIdx, OutReads: o.OutReads}
+	perf.PrintHeader(out, &t.info)
+
+	// The key exchanges of perftest 4.5: two before the QPs connect (the
+	// second one printed as the remote address), then one (BW) or two
+	// (latency) to synchronise before the run.
+	rem, err := comm.HandShake(t.my)
+	if err != nil {
+		return err
+	}
+	perf.PrintDest(out, "local", t.my, k.verb)
+	if !k.bw {
+		if rem, err = comm.HandShake(t.my); err != nil {
+			return err
+		}
+	}
+	perf.PrintDest(out, "remote", rem, k.verb)
+	fmt.Fprintln(out, perf.Line)
+	if verbs.GID(rem.GID).IsV4Mapped() != verbs.GID(t.my.GID).IsV4Mapped() {
+		return errors.New("found incompatibility issue with GID types (IPv4-mapped and not)")
+	}
+	if err := t.connect(rem); err != nil {
+		return err
+	}
+	for range 2 {
+		if _, err := comm.HandShake(t.my); err != nil {
+			return err
+		}
+	}
+
+	if server {
+		return t.serve(ctx, comm)
+	}
+	switch k.verb {
+	case perf.VerbRead, perf.VerbAtomic:
+		fmt.Fprintln(out, perf.LatHeader)
+		stats, err := t.runLat(ctx, rem)
+		if err != nil {
+			return err
+		}
+		perf.PrintLat(out, stats)
+		fmt.Fprintln(out, perf.Line)
+		return comm.Close(t.my)
+	case perf.VerbWrite:
+		fmt.Fprintln(out, perf.BWHeader)
+		rep, err := t.runBW(ctx, rem)
+		if err != nil {
+			return err
+		}
+		if _, err := comm.HandShake(t.my); err != nil {
+			return err
+		}
+		if _, err := comm.ExchangeBWReport(rep); err != nil {
+			return err
+		}
+		perf.PrintBW(out, rep)
+		fmt.Fprintln(out, perf.Line)
+		return comm.Close(t.my)
+	}
+	return fmt.Errorf("%s: verb not implemented", k.name)
+}
+
+// serve is the server's part after the QPs are connected: it has nothing to
+// do on the data path but wait for the client's closing handshake (and, for
+// bandwidth tests, print the client's report).
+func (t *perftest) serve(ctx context.Context, comm *perf.Comm) error {
+	out := t.o.IO.Out
+	if t.o.Kind.bw {
+		fmt.Fprintln(out, perf.BWHeader)
+		if _, err := comm.HandShake(t.my); err != nil {
+			return err
+		}
+		rep, err := comm.ExchangeBWReport(perf.BWReport{})
+		if err != nil {
+			return err
+		}
+		perf.PrintBW(out, rep)
+		fmt.Fprintln(out, perf.Line)
+		return comm.Close(t.my)
+	}
+	if err := comm.Close(t.my); err != nil {
+		return err
+	}
+	if t.o.Kind.verb == perf.VerbAtomic {
+		// perftest's client adds 1 per FETCH_AND_ADD, or swaps 0 for 0,
+		// on the first 8 bytes of our buffer, which start at 0.
+		v := binary.NativeEndian.Uint64(t.buf[:8])
+		want := uint64(t.o.Iters)
+		if t.o.AtomicType == "CMP_AND_SWAP" {
+			// Nothing to expect: perftest swaps 0 for 0, tbrdma counts up.
+			fmt.Fprintf(t.o.IO.ErrOut, "tbrdma: the peer's %d %s left %d in the target\n", t.o.Iters, t.o.AtomicType, v)
+		} else if v != want {
+			fmt.Fprintf(t.o.IO.ErrOut, "tbrdma: the peer's %d %s left %d in the target, want %d\n", t.o.Iters, t.o.AtomicType, v, want)
+			return errSilent
+		} else {
+			fmt.Fprintf(t.o.IO.ErrOut, "tbrdma: the peer's %d %s left %d in the target, as expected\n", t.o.Iters, t.o.AtomicType, v)
+		}
+	}
+	return nil
+}
+
+// open creates the device, the buffer and the QP.
+func (t *perftest) open(addr netip.Addr) error {
+	o := t.o
+	dev, err := o.OpenDevice(addr)
+	if err != nil {
+		return err
+	}
+	t.dev = dev
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return err
+	}
+	// perftest's buffer: at least a page, and twice the message for the
+	// latency tests (one half per direction).
+	t.buf = make([]byte, 2*max(o.Size, os.Getpagesize()))
+	if o.Kind.verb != perf.VerbAtomic && o.Peer == "" {
+		// A pattern, so that READ responses and captures show real data.
+		for i := range t.buf {
+			t.buf[i] = byte(i%251 + 1)
+		}
+	}
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	if t.mr, err = pd.RegMR(t.buf, access); err != nil {
+		return fmt.Errorf("couldn't allocate MR: %w", err)
+	}
+	ch, err := dev.CreateCompChannel()
+	if err != nil {
+		return err
+	}
+	cq, err := dev.CreateCQ(o.TxDepth+1, ch)
+	if err != nil {
+		return fmt.Errorf("couldn't create CQ: %w", err)
+	}
+	t.w = perf.Waiter{CQ: cq, Ch: ch, Spin: perf.DefaultSpin}
+	if o.Events {
+		t.w.Spin = 0
+	}
+	t.qp, err = pd.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: o.TxDepth, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		return fmt.Errorf("couldn't create QP: %w", err)
+	}
+	if err := t.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1,
+		AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		return fmt.Errorf("failed to modify QP to INIT: %w", err)
+	}
+	outs := 0
+	if o.Kind.verb == perf.VerbRead || o.Kind.verb == perf.VerbAtomic {
+		outs = o.OutReads
+	}
+	t.my = perf.Dest{OutReads: uint16(outs), QPN: uint32(t.qp.QPN()), PSN: rand.Uint32() & 0xFFFFFF,
+		RKey: uint32(t.mr.RKey()), VAddr: t.mr.Addr(), GID: dev.GID()}
+	return nil
+}
+
+// connect moves the QP to RTR and RTS with perftest's attributes.
+func (t *perftest) connect(rem perf.Dest) error {
+	o := t.o
+	rd := o.Kind.verb == perf.VerbRead || o.Kind.verb == perf.VerbAtomic
+	destRd := uint8(0)
+	if rd {
+		destRd = uint8(t.my.OutReads)
+	}
+	err := t.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: t.mtu, DestQPN: verbs.QPN(rem.QPN),
+		RQPSN: verbs.PSN(rem.PSN), MaxDestRdAtomic: destRd, MinRNRTimer: 12,
+		AH: verbs.AHAttr{DGID: verbs.GID(rem.GID), SGIDIndex: uint8(max(o.GIDIdx, 0)), HopLimit: 0xFF, PortNum: 1}},
+		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer)
+	if err != nil {
+		return fmt.Errorf("failed to modify QP to RTR: %w", err)
+	}
+	rdAtomic := uint8(0)
+	if rd {
+		rdAtomic = uint8(min(int(rem.OutReads), int(t.my.OutReads)))
+	}
+	err = t.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, Timeout: uint8(o.QPTimeout), RetryCnt: 7, RNRRetry: 7,
+		SQPSN: verbs.PSN(t.my.PSN), MaxRdAtomic: rdAtomic},
+		verbs.QPAttrState|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrSQPSN|verbs.QPAttrMaxQPRdAtomic)
+	if err != nil {
+		return fmt.Errorf("failed to modify QP to RTS: %w", err)
+	}
+	return nil
+}
+
+// runLat is perftest's run_iter_lat for READ and atomics: post one request,
+// wait for its completion, repeat; the post times make the statistics.
+//
+// Atomics are also checked: FETCH_AND_ADD adds 1 each time, so the values
+// fetched must count up by one; CMP_AND_SWAP swaps in the value one above
+// the one it expects, so every swap after the first must succeed. (perftest
+// itself adds 1 and swaps 0 for 0 without checking anything.)
+func (t *perftest) runLat(ctx context.Context, rem perf.Dest) (perf.LatStats, error) {
+	o := t.o
+	posted := make([]time.Time, o.Iters)
+	wr := verbs.SendWR{WRID: 1, Flags: verbs.SendSignaled, SGList: []verbs.SGE{t.mr.SGE(0, o.Size)},
+		RemoteAddr: rem.VAddr, RKey: verbs.RKey(rem.RKey)}
+	cas := o.AtomicType == "CMP_AND_SWAP"
+	switch {
+	case o.Kind.verb == perf.VerbRead:
+		wr.Opcode = verbs.WRRDMARead
+	case cas:
+		wr.Opcode = verbs.WRAtomicCmpAndSwp
+	default:
+		wr.Opcode = verbs.WRAtomicFetchAndAdd
+		wr.CompareAdd = 1
+	}
+	var first, cur uint64 // the remote value seen by the first atomic; the one expected now
+	bad := 0
+	for i := range o.Iters {
+		if cas && i > 0 {
+			wr.CompareAdd, wr.Swap = cur, cur+1
+		}
+		posted[i] = o.Now()
+		if _, err := t.qp.PostSend(wr); err != nil {
+			return perf.LatStats{}, fmt.Errorf("couldn't post send: scnt=%d: %w", i, err)
+		}
+		wcs, err := t.w.Wait(ctx)
+		if err != nil {
+			return perf.LatStats{}, err
+		}
+		wc := &wcs[0]
+		if wc.Status != verbs.WCSuccess {
+			fmt.Fprintf(o.IO.ErrOut, " Completion with error at client\n Failed status %d: wr_id %d syndrom 0x%x\n scnt=%d, ccnt=%d\n",
+				wc.Status, wc.WRID, wc.VendorErr, i+1, i)
+			fmt.Fprintf(o.IO.ErrOut, "tbrdma: %s failed: %v\n", wr.Opcode, wc.Status)
+			return perf.LatStats{}, errSilent
+		}
+		if o.Kind.verb != perf.VerbAtomic {
+			continue
+		}
+		got := binary.NativeEndian.Uint64(t.buf[:8])
+		switch {
+		case i == 0:
+			first, cur = got, got
+		case got != cur:
+			bad++
+			cur = got
+		}
+		if !cas || i > 0 {
+			cur++ // FETCH_AND_ADD added 1; CMP_AND_SWAP swapped in cur+1
+		}
+	}
+	if o.Kind.verb == perf.VerbAtomic {
+		if bad > 0 {
+			fmt.Fprintf(o.IO.ErrOut, "tbrdma: %d of %d %s results were not the expected values\n", bad, o.Iters-1, o.AtomicType)
+			return perf.LatStats{}, errSilent
+		}
+		fmt.Fprintf(o.IO.ErrOut, "tbrdma: %d %s results checked: the remote value went from %d to %d as expected\n",
+			o.Iters, o.AtomicType, first, cur)
+	}
+	s, _ := perf.Latency(o.Size, posted, 1)
+	return s, nil
+}
+
+// runBW is perftest's run_iter_bw for WRITE: keep up to tx-depth WRITEs in
+// flight, a completion every cq-mod of them.
+func (t *perftest) runBW(ctx context.Context, rem perf.Dest) (perf.BWReport, error) {
+	o := t.o
+	n := o.Iters
+	posted := make([]time.Time, n)
+	completed := make([]time.Time, n)
+	scnt, ccnt := 0, 0
+	for ccnt < n {
+		for scnt < n && scnt-ccnt < o.TxDepth {
+			wr := verbs.SendWR{WRID: uint64(scnt), Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{t.mr.SGE(0, o.Size)},
+				RemoteAddr: rem.VAddr, RKey: verbs.RKey(rem.RKey)}
+			if (scnt+1)%o.CQMod == 0 || scnt == n-1 {
+				wr.Flags = verbs.SendSignaled
+			}
+			posted[scnt] = o.Now()
+			if _, err := t.qp.PostSend(wr); err != nil {
+				return perf.BWReport{}, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
+			}
+			scnt++
+		}
+		wcs, err := t.w.Wait(ctx)
+		if err != nil {
+			return perf.BWReport{}, err
+		}
+		now := o.Now()
+		for i := range wcs {
+			wc := &wcs[i]
+			if wc.Status != verbs.WCSuccess {
+				fmt.Fprintf(o.IO.ErrOut, " Completion with error at client\n Failed status %d: wr_id %d syndrom 0x%x\n scnt=%d, ccnt=%d\n",
+					wc.Status, wc.WRID, wc.VendorErr, scnt, ccnt)
+				fmt.Fprintf(o.IO.ErrOut, "tbrdma: RDMA_WRITE failed: %v\n", wc.Status)
+				return perf.BWReport{}, errSilent
+			}
+			for ; ccnt <= int(wc.WRID); ccnt++ {
+				completed[ccnt] = now
+			}
+		}
+	}
+	return perf.Bandwidth(o.Size, posted, completed, o.CQMod), nil
+}
+
+func (t *perftest) close() {
+	if t.dev != nil {
+		t.dev.Close()
+	}
+}

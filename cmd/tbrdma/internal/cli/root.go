@@ -1,0 +1,107 @@
+// Package cli implements the tbrdma command line: the root command, one
+// file per subcommand, and the exit codes of exit.go.
+//
+// To add a command, write xxx.go with
+//
+//	type xxxOptions struct{ ... }
+//	func newCmdXxx(f *Factory, runF func(*xxxOptions) error) *cobra.Command
+//	func runXxx(ctx context.Context, opts *xxxOptions) error
+//
+// and add one line to the commands list below. newCmdXxx parses flags into
+// the options, returns a *FlagError for bad usage, and calls runF (tests
+// pass one to capture the options) or runXxx.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// commands are the subcommands of tbrdma, one constructor each.
+var commands = []func(*Factory) *cobra.Command{
+	func(f *Factory) *cobra.Command { return newCmdPingpong(f, nil) },
+	func(f *Factory) *cobra.Command { return newCmdReadLat(f, nil) },
+	func(f *Factory) *cobra.Command { return newCmdAtomicLat(f, nil) },
+	func(f *Factory) *cobra.Command { return newCmdWriteBW(f, nil) },
+}
+
+// Main runs tbrdma with the process's arguments and returns its exit code.
+func Main() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return run(ctx, NewFactory(), os.Args[1:])
+}
+
+// run executes args and returns the exit code.
+func run(ctx context.Context, f *Factory, args []string) int {
+	root := newRootCmd(f)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	if cmd == nil {
+		cmd = root
+	}
+	if strings.HasPrefix(err.Error(), "unknown command") {
+		err = &FlagError{Err: err}
+	}
+	code := exitCode(err, ctx.Err() != nil)
+	switch {
+	case code == ExitUsage:
+		fmt.Fprintf(f.IO.ErrOut, "tbrdma: %v\n\n%s", err, cmd.UsageString())
+	case code == ExitInterrupted:
+		fmt.Fprintln(f.IO.ErrOut, "tbrdma: interrupted")
+	case errors.Is(err, errSilent):
+	default:
+		fmt.Fprintf(f.IO.ErrOut, "tbrdma: %v\n", err)
+	}
+	return code
+}
+
+func newRootCmd(f *Factory) *cobra.Command {
+	var debug bool
+	root := &cobra.Command{
+		Use:   "tbrdma <command> [flags]",
+		Short: "RDMA over a Thunderbolt (or any IP) link, in user space",
+		Long: `tbrdma is a user-space RDMA stack speaking RoCEv2 (UDP 4791) like Linux
+SoftRoCE (rdma_rxe). Its test commands pair with the stock tools on a Linux
+peer: "tbrdma pingpong" with ibv_rc_pingpong, "tbrdma read-lat" with
+ib_read_lat, and so on.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRun: func(*cobra.Command, []string) {
+			if debug {
+				f.Logger = slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			}
+		},
+	}
+	root.SetOut(f.IO.Out)
+	root.SetErr(f.IO.ErrOut)
+	root.SetIn(f.IO.In)
+	root.PersistentFlags().BoolVar(&debug, "debug", false, "log the RDMA engine's debug messages to stderr")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &FlagError{Err: err} })
+	root.CompletionOptions.HiddenDefaultCmd = true
+	for _, c := range commands {
+		root.AddCommand(c(f))
+	}
+	return root
+}
+
+// maxArgs is cobra.MaximumNArgs returning a FlagError.
+func maxArgs(n int) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) > n {
+			return FlagErrorf("too many arguments: %q (at most %d)", args, n)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,123 @@
+package perf
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// PingpongMsgLen is the size of ibv_rc_pingpong's address message:
+// "LLLL:QQQQQQ:PPPPPP:" + 32 hex digits of GID + NUL.
+const PingpongMsgLen = 52
+
+// pingpongDone is what the client sends last ("done" and its NUL).
+var pingpongDone = []byte("done\x00")
+
+// PingpongDest is one side's address as ibv_rc_pingpong exchanges it.
+type PingpongDest struct {
+	LID uint16
+	QPN uint32
+	PSN uint32
+	GID [16]byte
+}
+
+// Marshal returns the 52-byte wire form: lowercase hex fields and the 16 GID
+// bytes in order, NUL-terminated.
+func (d PingpongDest) Marshal() []byte {
+	b := make([]byte, 0, PingpongMsgLen)
+	b = fmt.Appendf(b, "%04x:%06x:%06x:", d.LID, d.QPN&0xFFFFFF, d.PSN&0xFFFFFF)
+	for _, x := range d.GID {
+		b = fmt.Appendf(b, "%02x", x)
+	}
+	return append(b, 0)
+}
+
+// GIDString formats the GID as ibv_rc_pingpong prints it (inet_ntop of an
+// IPv6 address: "::ffff:198.18.0.2", "::" when zero).
+func (d PingpongDest) GIDString() string { return netip.AddrFrom16(d.GID).String() }
+
+// ParsePingpongDest parses the 52-byte message (a trailing NUL and anything
+// after it are ignored).
+func ParsePingpongDest(b []byte) (PingpongDest, error) {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	f := strings.Split(string(b), ":")
+	if len(f) != 4 || len(f[3]) != 32 {
+		return PingpongDest{}, fmt.Errorf("malformed pingpong address %q: want LID:QPN:PSN:GID", b)
+	}
+	var d PingpongDest
+	v, err := strconv.ParseUint(f[0], 16, 16)
+	if err != nil {
+		return PingpongDest{}, fmt.Errorf("malformed pingpong address %q: LID: %w", b, err)
+	}
+	d.LID = uint16(v)
+	if v, err = strconv.ParseUint(f[1], 16, 24); err != nil {
+		return PingpongDest{}, fmt.Errorf("malformed pingpong address %q: QPN: %w", b, err)
+	}
+	d.QPN = uint32(v)
+	if v, err = strconv.ParseUint(f[2], 16, 24); err != nil {
+		return PingpongDest{}, fmt.Errorf("malformed pingpong address %q: PSN: %w", b, err)
+	}
+	d.PSN = uint32(v)
+	for i := range d.GID {
+		x, err := strconv.ParseUint(f[3][2*i:2*i+2], 16, 8)
+		if err != nil {
+			return PingpongDest{}, fmt.Errorf("malformed pingpong address %q: GID: %w", b, err)
+		}
+		d.GID[i] = byte(x)
+	}
+	return d, nil
+}
+
+// PingpongClientExchange is the client side of ibv_rc_pingpong's exchange:
+// send our address, read the server's, send "done".
+func PingpongClientExchange(rw io.ReadWriter, my PingpongDest) (PingpongDest, error) {
+	if _, err := rw.Write(my.Marshal()); err != nil {
+		return PingpongDest{}, fmt.Errorf("couldn't send local address: %w", err)
+	}
+	buf := make([]byte, PingpongMsgLen)
+	if _, err := io.ReadFull(rw, buf); err != nil {
+		return PingpongDest{}, fmt.Errorf("couldn't read remote address: %w", err)
+	}
+	rem, err := ParsePingpongDest(buf)
+	if err != nil {
+		return PingpongDest{}, err
+	}
+	if _, err := rw.Write(pingpongDone); err != nil {
+		return PingpongDest{}, fmt.Errorf("couldn't send \"done\": %w", err)
+	}
+	return rem, nil
+}
+
+// PingpongServerExchange is the server side: read the client's address,
+// call connect (which must bring the QP to RTS before the client can send),
+// send our address and wait for the client's "done".
+func PingpongServerExchange(rw io.ReadWriter, my PingpongDest, connect func(PingpongDest) error) (PingpongDest, error) {
+	buf := make([]byte, PingpongMsgLen)
+	if _, err := io.ReadFull(rw, buf); err != nil {
+		return PingpongDest{}, fmt.Errorf("couldn't read remote address: %w", err)
+	}
+	rem, err := ParsePingpongDest(buf)
+	if err != nil {
+		return PingpongDest{}, err
+	}
+	if err := connect(rem); err != nil {
+		return rem, err
+	}
+	if _, err := rw.Write(my.Marshal()); err != nil {
+		return rem, fmt.Errorf("couldn't send local address: %w", err)
+	}
+	done := make([]byte, len(pingpongDone))
+	if _, err := io.ReadFull(rw, done); err != nil {
+		return rem, fmt.Errorf("couldn't read \"done\" from client: %w", err)
+	}
+	if !bytes.Equal(done[:4], pingpongDone[:4]) {
+		return rem, errors.New(`couldn't read "done" from client`)
+	}
+	return rem, nil
+}

@@ -1,0 +1,133 @@
+package perf
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Line is perftest's separator: 87 dashes.
+var Line = strings.Repeat("-", 87)
+
+// WaitBanner is what a perftest server prints before a client connects.
+const WaitBanner = "\n************************************\n* Waiting for client to connect... *\n************************************\n"
+
+// Verb is a perftest test verb.
+type Verb int
+
+const (
+	VerbSend Verb = iota
+	VerbWrite
+	VerbRead
+	VerbAtomic
+)
+
+// TestInfo describes a test for the header block.
+type TestInfo struct {
+	Verb       Verb
+	BW         bool   // bandwidth test (else latency)
+	AtomicType string // "FETCH_AND_ADD" or "CMP_AND_SWAP"
+	Device     string
+	Server     bool
+	TxDepth    int
+	CQMod      int
+	MTU        int // bytes
+	GIDIndex   int
+	OutReads   int
+}
+
+// Title returns the test's title, e.g. "RDMA_Write BW Test".
+func (t *TestInfo) Title() string {
+	var s string
+	switch t.Verb {
+	case VerbSend:
+		s = "Send"
+	case VerbWrite:
+		s = "RDMA_Write"
+	case VerbRead:
+		s = "RDMA_Read"
+	case VerbAtomic:
+		s = "Atomic " + t.AtomicType
+	}
+	if t.BW {
+		return s + " BW Test"
+	}
+	return s + " Latency Test"
+}
+
+// PrintHeader writes the header block (ctx_print_test_info) in the layout
+// of the perftest the rxe guests run.
+func PrintHeader(w io.Writer, t *TestInfo) {
+	fmt.Fprintln(w, Line)
+	fmt.Fprintf(w, "                    %s\n", t.Title())
+	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : %s\n", t.Device)
+	fmt.Fprintf(w, " Number of qps   : 1\t\tTransport type : IB\n")
+	fmt.Fprintf(w, " Connection type : RC\t\tUsing SRQ      : OFF\n")
+	fmt.Fprintf(w, " PCIe relax order: OFF\n")
+	fmt.Fprintf(w, " ibv_wr* API     : OFF\n")
+	if !t.Server {
+		fmt.Fprintf(w, " TX depth        : %d\n", t.TxDepth)
+	}
+	if t.BW {
+		fmt.Fprintf(w, " CQ Moderation   : %d\n", t.CQMod)
+	}
+	fmt.Fprintf(w, " Mtu             : %d[B]\n", t.MTU)
+	fmt.Fprintf(w, " Link type       : Ethernet\n")
+	fmt.Fprintf(w, " GID index       : %d\n", t.GIDIndex)
+	if t.Verb == VerbRead || t.Verb == VerbAtomic {
+		fmt.Fprintf(w, " Outstand reads  : %d\n", t.OutReads)
+	} else {
+		fmt.Fprintf(w, " Max inline data : 0[B]\n")
+	}
+	fmt.Fprintf(w, " rdma_cm QPs\t : OFF\n")
+	fmt.Fprintf(w, " Data ex. method : Ethernet\n")
+	fmt.Fprintln(w, Line)
+}
+
+// altHex formats v like C's "%#0*x": "0x" and zero padding to width
+// characters in all, but a zero value as plain zero-padded digits.
+func altHex(v uint64, width int) string {
+	if v == 0 {
+		return fmt.Sprintf("%0*x", width, 0)
+	}
+	return fmt.Sprintf("0x%0*x", width-2, v)
+}
+
+// PrintDest writes one "local address:" or "remote address:" entry
+// (ctx_print_pingpong_data) with its GID line.
+func PrintDest(w io.Writer, side string, d Dest, verb Verb) {
+	fmt.Fprintf(w, " %s address: LID %s QPN %s PSN %s", side, altHex(uint64(d.LID), 4), altHex(uint64(d.QPN), 6), altHex(uint64(d.PSN), 6))
+	switch verb {
+	case VerbRead:
+		fmt.Fprintf(w, " OUT %s", altHex(uint64(d.OutReads), 4))
+		fallthrough
+	case VerbWrite:
+		fmt.Fprintf(w, " RKey %s VAddr %s", altHex(uint64(d.RKey), 8), altHex(d.VAddr, 16))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprint(w, " GID: ")
+	for i, b := range d.GID {
+		if i > 0 {
+			fmt.Fprint(w, ":")
+		}
+		fmt.Fprintf(w, "%02d", b)
+	}
+	fmt.Fprintln(w)
+}
+
+// LatHeader is the latency table's header (with perftest's trailing space).
+const LatHeader = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
+
+// BWHeader is the bandwidth table's header.
+const BWHeader = " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]"
+
+// PrintLat writes one latency row.
+func PrintLat(w io.Writer, s LatStats) {
+	fmt.Fprintf(w, " %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f\n",
+		s.Size, s.Iters, s.Min, s.Max, s.Typical, s.Avg, s.Stdev, s.P99, s.P999)
+}
+
+// PrintBW writes one bandwidth row.
+func PrintBW(w io.Writer, r BWReport) {
+	fmt.Fprintf(w, " %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n", r.Size, r.Iters, r.Peak, r.Average, r.MsgRate)
+}

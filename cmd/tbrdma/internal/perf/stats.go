@@ -1,0 +1,95 @@
+package perf
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// LatStats are the columns of perftest's latency table, in microseconds.
+type LatStats struct {
+	Size, Iters                   int
+	Min, Max, Typical, Avg, Stdev float64
+	P99, P999                     float64
+}
+
+// latTail is perftest's LAT_MEASURE_TAIL: the largest samples dropped.
+const latTail = 2
+
+// Latency computes perftest's latency report from the post times of
+// consecutive iterations (print_report_lat): the iters-1 deltas between
+// posts are sorted, the two largest dropped, and each divided by rttFactor
+// (2 for SEND and WRITE ping-pong, 1 for READ and atomics). Max is the
+// largest kept sample, Typical the median. Stdev keeps perftest's quirk of
+// truncating each deviation to whole microseconds before squaring, so the
+// figures compare with a stock peer's. ok is false with fewer than four
+// samples.
+func Latency(size int, posted []time.Time, rttFactor int) (s LatStats, ok bool) {
+	if len(posted) < 4 {
+		return LatStats{}, false
+	}
+	d := make([]float64, len(posted)-1)
+	for i := range d {
+		d[i] = float64(posted[i+1].Sub(posted[i]).Nanoseconds()) / 1e3 / float64(rttFactor)
+	}
+	slices.Sort(d)
+	n := len(d) - latTail
+	var sum float64
+	for _, x := range d[:n] {
+		sum += x
+	}
+	avg := sum / float64(n)
+	var sq float64
+	for _, x := range d[:n] {
+		dev := math.Trunc(avg - x)
+		sq += dev * dev
+	}
+	med := d[n/2]
+	if n%2 == 0 {
+		med = (d[n/2] + d[n/2-1]) / 2
+	}
+	i99 := int(math.Ceil(float64(n) * 0.99))
+	i999 := int(math.Ceil(float64(n) * 0.999))
+	return LatStats{
+		Size: size, Iters: len(posted),
+		Min: d[0], Max: d[n], Typical: med, Avg: avg, Stdev: math.Sqrt(sq / float64(n)),
+		P99: d[i99], P999: d[i999],
+	}, true
+}
+
+// MiB is perftest's default bandwidth unit: 2^20 bytes per second.
+const MiB = 1 << 20
+
+// Bandwidth computes perftest's bandwidth report (print_report_bw) from the
+// post time of every message and the time its completion was seen. The
+// average covers first post to last completion; the peak is the best
+// per-message time over windows [post i, completion j] with i and j on
+// cqMod boundaries. Figures are in MiB/s and Mpps.
+func Bandwidth(size int, posted, completed []time.Time, cqMod int) BWReport {
+	n := len(posted)
+	r := BWReport{Size: uint64(size), Iters: uint64(n)}
+	if n == 0 || len(completed) != n {
+		return r
+	}
+	total := completed[n-1].Sub(posted[0]).Seconds()
+	if total <= 0 {
+		return r
+	}
+	r.Average = float64(size) * float64(n) / total / MiB
+	r.MsgRate = float64(n) / total / 1e6
+	if cqMod < 1 {
+		cqMod = 1
+	}
+	best := math.Inf(1)
+	for i := 0; i < n; i += cqMod {
+		for j := i + cqMod - 1; j < n; j += cqMod {
+			if t := completed[j].Sub(posted[i]).Seconds() / float64(j-i+1); t > 0 && t < best {
+				best = t
+			}
+		}
+	}
+	if !math.IsInf(best, 1) {
+		r.Peak = float64(size) / best / MiB
+	}
+	return r
+}

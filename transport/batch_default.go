@@ -1,0 +1,30 @@
+//go:build !linux
+
+package transport
+
+// Systems other than Linux use the portable path (portable.go) only.
+
+const defaultBatchSize = 1
+
+// sysConn is the non-Linux part of udpConn.
+type sysConn struct{}
+
+func (c *udpConn) initSys(o *Options) error {
+	c.portable = newPortableState(c.maxPkt)
+	gsoErr, groErr := errNotSupportedOnOS, errNotSupportedOnOS
+	if o.DisableGSO {
+		gsoErr = errDisabledByOption
+	}
+	if o.DisableGRO {
+		groErr = errDisabledByOption
+	}
+	c.offloads = Offloads{
+		GSOError: &OffloadError{Offload: "UDP GSO", Err: gsoErr},
+		GROError: &OffloadError{Offload: "UDP GRO", Err: groErr},
+	}
+	return nil
+}
+
+func (c *udpConn) readBatch(msgs []Message) (int, error) { return c.readPortable(c.portable, msgs) }
+
+func (c *udpConn) writeBatch(msgs []Message) (int, error) { return c.writePortable(msgs) }

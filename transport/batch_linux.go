@@ -1,0 +1,466 @@
+package transport
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tbrdma/tbrdma/transport/wire"
+)
+
+// The Linux data path: recvmmsg and sendmmsg on the socket's file
+// descriptor through syscall.RawConn (so the runtime's poller still does the
+// waiting), UDP GSO on send and UDP GRO on receive where the kernel offers
+// them. All the arrays handed to the kernel are allocated by Open; a batch
+// allocates nothing.
+
+const defaultBatchSize = IdealBatchSize
+
+const (
+	// maxGSOSegments is UDP_MAX_SEGMENTS of the kernels that have UDP GSO
+	// (newer kernels allow more; 64 works everywhere).
+	maxGSOSegments = 64
+	// groSlotSize holds the largest datagram GRO builds (64 KiB).
+	groSlotSize = 1 << 16
+	// groSlots is the number of such datagrams one recvmmsg takes.
+	groSlots = 64
+	// groCtrlSpace is the control buffer of one received datagram: room
+	// for the UDP_GRO message (an int) and then some.
+	groCtrlSpace = 64
+)
+
+// mmsghdr is struct mmsghdr; Go's layout rules add the trailing padding C
+// has on 64-bit systems.
+type mmsghdr struct {
+	Hdr unix.Msghdr
+	Len uint32
+}
+
+var (
+	cmsgHdrLen   = unix.CmsgLen(0)
+	gsoCmsgSpace = unix.CmsgSpace(2)
+)
+
+// sysConn is the Linux part of udpConn.
+type sysConn struct {
+	gso   atomic.Bool // UDP GSO in use; cleared if a GSO send fails with EIO
+	gro   bool
+	zone  string // the local address's IPv6 zone, given to link-local sources
+	scope uint32 // its interface index, for link-local destinations
+	rd    recvState
+	wr    sendState
+}
+
+// recvState belongs to the one goroutine in ReadBatch.
+type recvState struct {
+	hdrs    []mmsghdr
+	iovs    []unix.Iovec
+	names   []unix.RawSockaddrInet6
+	ctrl    []byte // ctrlLen bytes per slot when GRO is on
+	ctrlLen int
+	bufs    [][]byte
+	want    int   // datagrams to ask recvmmsg for
+	got     int   // datagrams it returned
+	err     error // its error
+	next    int   // first datagram not yet handed out
+	off     int   // offset of the next GRO segment in datagram next
+	fn      func(fd uintptr) bool
+	t       tally
+}
+
+// sendState belongs to the one goroutine in WriteBatch.
+type sendState struct {
+	hdrs       []mmsghdr
+	iovs       []unix.Iovec
+	names      []unix.RawSockaddrInet6
+	ctrl       []byte // gsoCmsgSpace bytes per header
+	segs       []int  // messages per header
+	start, end int    // headers to send
+	sent       int    // headers sendmmsg sent
+	err        error  // its error
+	fn         func(fd uintptr) bool
+}
+
+func (c *udpConn) initSys(o *Options) error {
+	s := &c.sys
+	if z := c.laddr.Addr().Zone(); z != "" {
+		ifi, err := net.InterfaceByName(z)
+		if err != nil {
+			return fmt.Errorf("zone %q: %w", z, err)
+		}
+		s.zone, s.scope = z, uint32(ifi.Index)
+	}
+
+	var gsoErr, groErr error
+	if o.DisableGSO {
+		gsoErr = errDisabledByOption
+	}
+	if o.DisableGRO {
+		groErr = errDisabledByOption
+	}
+	err := c.rc.Control(func(fd uintptr) {
+		if gsoErr == nil {
+			if _, err := unix.GetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT); err != nil {
+				gsoErr = os.NewSyscallError("getsockopt UDP_SEGMENT", err)
+			}
+		}
+		if groErr == nil {
+			if err := unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO, 1); err != nil {
+				groErr = os.NewSyscallError("setsockopt UDP_GRO", err)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	s.gso.Store(gsoErr == nil)
+	s.gro = groErr == nil
+	c.offloads = Offloads{GSO: gsoErr == nil, GRO: groErr == nil}
+	if gsoErr != nil {
+		c.offloads.GSOError = &OffloadError{Offload: "UDP GSO", Err: gsoErr}
+	}
+	if groErr != nil {
+		c.offloads.GROError = &OffloadError{Offload: "UDP GRO", Err: groErr}
+	}
+
+	// Receive slots: one per datagram of a recvmmsg call.
+	r := &s.rd
+	slot, n := c.maxPkt, IdealBatchSize
+	if s.gro {
+		slot, n, r.ctrlLen = groSlotSize, groSlots, groCtrlSpace
+		r.ctrl = make([]byte, n*r.ctrlLen)
+	}
+	arena := make([]byte, n*slot)
+	r.hdrs = make([]mmsghdr, n)
+	r.iovs = make([]unix.Iovec, n)
+	r.names = make([]unix.RawSockaddrInet6, n)
+	r.bufs = make([][]byte, n)
+	for i := range n {
+		r.bufs[i] = arena[i*slot : (i+1)*slot : (i+1)*slot]
+		r.iovs[i].Base = &r.bufs[i][0]
+		r.iovs[i].SetLen(slot)
+		h := &r.hdrs[i].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&r.names[i]))
+		h.Iov = &r.iovs[i]
+		h.SetIovlen(1)
+		if r.ctrlLen != 0 {
+			h.Control = &r.ctrl[i*r.ctrlLen]
+		}
+	}
+	r.fn = c.recvmmsg
+
+	// Send headers: at most one per message.
+	w := &s.wr
+	n = IdealBatchSize
+	w.hdrs = make([]mmsghdr, n)
+	w.iovs = make([]unix.Iovec, n)
+	w.names = make([]unix.RawSockaddrInet6, n)
+	w.ctrl = make([]byte, n*gsoCmsgSpace)
+	w.segs = make([]int, n)
+	for i := range n {
+		cm := (*unix.Cmsghdr)(unsafe.Pointer(&w.ctrl[i*gsoCmsgSpace]))
+		cm.Level = unix.IPPROTO_UDP
+		cm.Type = unix.UDP_SEGMENT
+		cm.SetLen(unix.CmsgLen(2))
+		w.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&w.names[i]))
+	}
+	w.fn = c.sendmmsg
+	return nil
+}
+
+// recvmmsg is the RawConn.Read callback: false means "wait until readable".
+func (c *udpConn) recvmmsg(fd uintptr) bool {
+	r := &c.sys.rd
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), 0, 0, 0)
+		switch e {
+		case 0:
+			r.got, r.err = int(n), nil
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		default:
+			r.got, r.err = 0, e
+			return true
+		}
+	}
+}
+
+// sendmmsg is the RawConn.Write callback: false means "wait until
+// writable".
+func (c *udpConn) sendmmsg(fd uintptr) bool {
+	w := &c.sys.wr
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[w.start])), uintptr(w.end-w.start), 0, 0, 0)
+		switch e {
+		case 0:
+			w.sent, w.err = int(n), nil
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		default:
+			w.sent, w.err = 0, e
+			return true
+		}
+	}
+}
+
+func (c *udpConn) readBatch(msgs []Message) (int, error) {
+	r := &c.sys.rd
+	for {
+		if r.next >= r.got {
+			r.want = min(len(msgs), len(r.hdrs))
+			for i := range r.want {
+				h := &r.hdrs[i]
+				h.Hdr.Namelen = unix.SizeofSockaddrInet6
+				h.Hdr.SetControllen(r.ctrlLen)
+				h.Hdr.Flags = 0
+				h.Len = 0
+			}
+			r.got, r.next, r.off = 0, 0, 0
+			if err := c.rc.Read(r.fn); err != nil {
+				return 0, err
+			}
+			c.ctr.readCalls.Add(1)
+			if r.err != nil {
+				return 0, fmt.Errorf("transport: %w", os.NewSyscallError("recvmmsg", r.err))
+			}
+		}
+		n := c.drain(msgs)
+		c.ctr.addIn(&r.t)
+		if n > 0 {
+			return n, nil
+		}
+	}
+}
+
+// drain hands out received datagrams, split into their GRO segments, until
+// msgs is full or nothing is left; what is left stays for the next call.
+func (c *udpConn) drain(msgs []Message) int {
+	r := &c.sys.rd
+	n := 0
+	for r.next < r.got && n < len(msgs) {
+		h := &r.hdrs[r.next]
+		if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
+			r.t.drops[wire.ReasonPayload]++ // larger than MaxPacketSize
+			r.next, r.off = r.next+1, 0
+			continue
+		}
+		size := int(h.Len)
+		buf := r.bufs[r.next][:size:size]
+		src := c.fromSockaddr(&r.names[r.next])
+		seg := 0
+		if r.ctrlLen != 0 {
+			seg = groSegment(r.ctrl[r.next*r.ctrlLen:][:min(int(h.Hdr.Controllen), r.ctrlLen)])
+		}
+		if seg <= 0 || seg >= size {
+			if c.accept(&r.t, buf, src, &msgs[n]) {
+				n++
+			}
+			r.next++
+			continue
+		}
+		for r.off < size && n < len(msgs) {
+			end := min(r.off+seg, size)
+			if c.accept(&r.t, buf[r.off:end:end], src, &msgs[n]) {
+				n++
+			}
+			r.off = end
+		}
+		if r.off >= size {
+			r.next, r.off = r.next+1, 0
+		}
+	}
+	return n
+}
+
+// groSegment returns the segment size of a UDP_GRO control message in
+// ctrl, or 0.
+func groSegment(ctrl []byte) int {
+	for len(ctrl) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&ctrl[0]))
+		l := int(h.Len)
+		if l < cmsgHdrLen || l > len(ctrl) {
+			return 0
+		}
+		if h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO && l >= cmsgHdrLen+4 {
+			return int(*(*int32)(unsafe.Pointer(&ctrl[cmsgHdrLen])))
+		}
+		adv := unix.CmsgSpace(l - cmsgHdrLen)
+		if adv > len(ctrl) {
+			return 0
+		}
+		ctrl = ctrl[adv:]
+	}
+	return 0
+}
+
+// fromSockaddr decodes a source address written by recvmmsg.
+func (c *udpConn) fromSockaddr(sa *unix.RawSockaddrInet6) netip.AddrPort {
+	if sa.Family == unix.AF_INET {
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		p := (*[2]byte)(unsafe.Pointer(&sa4.Port))
+		return netip.AddrPortFrom(netip.AddrFrom4(sa4.Addr), uint16(p[0])<<8|uint16(p[1]))
+	}
+	p := (*[2]byte)(unsafe.Pointer(&sa.Port))
+	a := netip.AddrFrom16(sa.Addr)
+	if a.Is4In6() {
+		a = a.Unmap()
+	} else if c.sys.zone != "" && a.IsLinkLocalUnicast() {
+		a = a.WithZone(c.sys.zone)
+	}
+	return netip.AddrPortFrom(a, uint16(p[0])<<8|uint16(p[1]))
+}
+
+// putSockaddr writes dst (of the socket's family) into sa and returns the
+// sockaddr length.
+func (c *udpConn) putSockaddr(sa *unix.RawSockaddrInet6, dst netip.AddrPort) uint32 {
+	port := dst.Port()
+	if !c.is6 {
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		sa4.Family = unix.AF_INET
+		p := (*[2]byte)(unsafe.Pointer(&sa4.Port))
+		p[0], p[1] = byte(port>>8), byte(port)
+		sa4.Addr = dst.Addr().As4()
+		sa4.Zero = [8]uint8{}
+		return unix.SizeofSockaddrInet4
+	}
+	sa.Family = unix.AF_INET6
+	p := (*[2]byte)(unsafe.Pointer(&sa.Port))
+	p[0], p[1] = byte(port>>8), byte(port)
+	sa.Flowinfo = 0
+	sa.Addr = dst.Addr().As16()
+	sa.Scope_id = 0
+	if dst.Addr().IsLinkLocalUnicast() {
+		sa.Scope_id = c.sys.scope
+	}
+	return unix.SizeofSockaddrInet6
+}
+
+func (c *udpConn) writeBatch(msgs []Message) (int, error) {
+	w := &c.sys.wr
+	done := 0
+	noGSO := false // this call falls back after a GSO send failed
+	defer func() {
+		var bytes uint64
+		for i := range msgs[:done] {
+			bytes += uint64(len(msgs[i].Buf))
+		}
+		c.ctr.packetsOut.Add(uint64(done))
+		c.ctr.bytesOut.Add(bytes)
+		clear(w.iovs[:min(len(msgs), len(w.iovs))]) // do not keep the caller's buffers alive
+	}()
+	for done < len(msgs) {
+		nh, nm, perr := c.prepare(msgs[done:], !noGSO && c.sys.gso.Load())
+		sent := 0
+		for i := 0; i < nh; {
+			w.start, w.end = i, nh
+			if err := c.rc.Write(w.fn); err != nil {
+				done += sent
+				return done, err
+			}
+			c.ctr.writeCalls.Add(1)
+			if w.err != nil {
+				if w.segs[i] > 1 && (w.err == unix.EIO || w.err == unix.EINVAL) {
+					// EIO: the route's device cannot offload the
+					// checksum, so GSO never works here. EINVAL: a
+					// segment exceeds the path MTU; sending the packets
+					// one by one reports that as EMSGSIZE.
+					if w.err == unix.EIO {
+						c.disableGSO(w.err)
+					}
+					noGSO = true
+					break
+				}
+				done += sent
+				return done, fmt.Errorf("transport: %w", os.NewSyscallError("sendmmsg", w.err))
+			}
+			for _, k := range w.segs[i : i+w.sent] {
+				sent += k
+			}
+			i += w.sent
+		}
+		done += sent
+		if perr != nil && sent == nm {
+			return done, perr
+		}
+	}
+	return done, nil
+}
+
+// prepare fills the ICRCs and send headers for a prefix of msgs: with gso,
+// runs of messages to one destination of one length (the last may be
+// shorter) share a header with a UDP_SEGMENT control message, and segment
+// k's ICRC is computed with IPv4 identification k, which the kernel gives
+// it. It returns the headers and messages prepared, and the error of the
+// first message it cannot send (after them).
+func (c *udpConn) prepare(msgs []Message, gso bool) (nh, nm int, err error) {
+	w := &c.sys.wr
+	for nm < len(msgs) && nh < len(w.hdrs) && nm < len(w.iovs) {
+		first := &msgs[nm]
+		dst, err := c.checkOut(first)
+		if err != nil {
+			return nh, nm, err
+		}
+		size := len(first.Buf)
+		j, total := nm+1, size
+		if gso {
+			for j < len(msgs) && j-nm < maxGSOSegments && j < len(w.iovs) {
+				m := &msgs[j]
+				l := len(m.Buf)
+				if m.Addr != first.Addr || l > size || l < wire.BTHSize+wire.ICRCSize || total+l > maxUDPPayload {
+					break
+				}
+				total += l
+				j++
+				if l < size {
+					break
+				}
+			}
+		}
+		for k := nm; k < j; k++ {
+			b := msgs[k].Buf
+			wire.PutICRC(b, c.laddr, dst, uint16(k-nm))
+			w.iovs[k].Base = &b[0]
+			w.iovs[k].SetLen(len(b))
+		}
+		h := &w.hdrs[nh].Hdr
+		h.Namelen = c.putSockaddr(&w.names[nh], dst)
+		h.Iov = &w.iovs[nm]
+		h.SetIovlen(j - nm)
+		h.Flags = 0
+		if j-nm > 1 {
+			off := nh * gsoCmsgSpace
+			*(*uint16)(unsafe.Pointer(&w.ctrl[off+cmsgHdrLen])) = uint16(size)
+			h.Control = &w.ctrl[off]
+			h.SetControllen(gsoCmsgSpace)
+		} else {
+			h.Control = nil
+			h.SetControllen(0)
+		}
+		w.segs[nh] = j - nm
+		nh, nm = nh+1, j
+	}
+	return nh, nm, nil
+}
+
+// disableGSO turns GSO off for good after a GSO send failed with err.
+func (c *udpConn) disableGSO(err error) {
+	if !c.sys.gso.Swap(false) {
+		return
+	}
+	e := &OffloadError{Offload: "UDP GSO", Err: fmt.Errorf("%w: %w", ErrNotSupported, os.NewSyscallError("sendmmsg with UDP_SEGMENT", err))}
+	c.setOffloads(func(o *Offloads) { o.GSO, o.GSOError = false, e })
+	if c.log != nil {
+		c.log.Warn("UDP GSO send failed; sending one datagram per packet from now on", "addr", c.laddr, "err", err)
+	}
+}

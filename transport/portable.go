@@ -1,0 +1,61 @@
+package transport
+
+import (
+	"net/netip"
+
+	"github.com/tbrdma/tbrdma/transport/wire"
+)
+
+// The portable data path: one datagram per system call through
+// net.UDPConn, which does not allocate for netip addresses. It is the only
+// path on systems other than Linux; on Linux tests can select it
+// (Options.forcePortable) so that it runs somewhere in CI.
+
+// portableState belongs to the goroutine in ReadBatch.
+type portableState struct {
+	rbuf []byte // one datagram, plus a byte to detect truncation
+	t    tally
+}
+
+func newPortableState(maxPkt int) *portableState {
+	return &portableState{rbuf: make([]byte, maxPkt+1)}
+}
+
+func (c *udpConn) readPortable(s *portableState, msgs []Message) (int, error) {
+	for {
+		n, _, _, src, err := c.pc.ReadMsgUDPAddrPort(s.rbuf, nil)
+		if err != nil {
+			return 0, err
+		}
+		c.ctr.readCalls.Add(1)
+		src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+		ok := false
+		if n > c.maxPkt {
+			s.t.drops[wire.ReasonPayload]++ // larger than MaxPacketSize
+		} else {
+			ok = c.accept(&s.t, s.rbuf[:n:n], src, &msgs[0])
+		}
+		c.ctr.addIn(&s.t)
+		if ok {
+			return 1, nil
+		}
+	}
+}
+
+func (c *udpConn) writePortable(msgs []Message) (int, error) {
+	for i := range msgs {
+		m := &msgs[i]
+		dst, err := c.checkOut(m)
+		if err != nil {
+			return i, err
+		}
+		wire.PutICRC(m.Buf, c.laddr, dst, 0)
+		if _, err := c.pc.WriteToUDPAddrPort(m.Buf, dst); err != nil {
+			return i, err
+		}
+		c.ctr.writeCalls.Add(1)
+		c.ctr.packetsOut.Add(1)
+		c.ctr.bytesOut.Add(uint64(len(m.Buf)))
+	}
+	return len(msgs), nil
+}

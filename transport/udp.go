@@ -1,0 +1,394 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/tbrdma/tbrdma/transport/wire"
+)
+
+// IdealBatchSize is the batch size of the Linux UDP endpoint: the number of
+// messages a ReadBatch or WriteBatch call handles well.
+const IdealBatchSize = 128
+
+// DefaultSocketBuffer is the socket receive and send buffer size Open asks
+// for when Options leaves it 0. Linux caps the request at
+// net.core.rmem_max / wmem_max unless the process has CAP_NET_ADMIN.
+const DefaultSocketBuffer = 4 << 20
+
+// DefaultMaxPacketSize is the largest UDP payload the endpoint receives
+// when Options leaves MaxPacketSize 0: enough for a 4096-byte IB MTU and
+// for 9000-byte jumbo frames. Larger datagrams are dropped and counted as
+// wire.ReasonPayload.
+const DefaultMaxPacketSize = 9216
+
+// maxUDPPayload is the largest UDP payload that fits an IPv4 datagram.
+const maxUDPPayload = 0xffff - 20 - 8
+
+// Options configures Open. The zero value (or nil) is a plain endpoint on
+// port 4791 with every offload the kernel offers and ICRC checking on.
+type Options struct {
+	// Port, when not 0, is the UDP port to bind (laddr's port must then be 0
+	// or equal). With both 0 the port is wire.UDPPort (4791). Stock rdma_rxe
+	// peers always send to 4791; other ports only work between tbrdma
+	// peers.
+	Port uint16
+	// Interface, when set, binds the socket to that network interface
+	// (SO_BINDTODEVICE on Linux, IP_BOUND_IF / IPV6_BOUND_IF on macOS).
+	Interface string
+	// DisableGSO and DisableGRO turn off UDP generic segmentation offload
+	// on send and generic receive offload on receive (Linux only; other
+	// systems never use them).
+	DisableGSO, DisableGRO bool
+	// SkipICRCCheck accepts received packets without verifying their ICRC.
+	// Message.IPID is then 0.
+	SkipICRCCheck bool
+	// ReadBuffer and WriteBuffer are the socket buffer sizes in bytes: 0
+	// means DefaultSocketBuffer, a negative value keeps the system default.
+	ReadBuffer, WriteBuffer int
+	// MaxPacketSize is the largest UDP payload accepted without GRO;
+	// 0 means DefaultMaxPacketSize. The receive buffers (allocated by Open)
+	// are sized from it.
+	MaxPacketSize int
+	// Logger receives the few events worth reporting (an offload falling
+	// back). Nil means silent.
+	Logger *slog.Logger
+
+	// forcePortable selects the portable one-datagram-per-call path on
+	// Linux too (tests only).
+	forcePortable bool
+}
+
+// Offloads reports which kernel offloads a UDP endpoint uses. When one is
+// off, its error (an *OffloadError) says why; it matches ErrNotSupported
+// unless an option turned the offload off.
+type Offloads struct {
+	GSO, GRO           bool
+	GSOError, GROError error
+}
+
+// OffloadsOf returns the offloads of c if c is (or wraps, through an
+// Unwrap() Conn method) a UDP endpoint returned by Open.
+func OffloadsOf(c Conn) (Offloads, bool) {
+	for c != nil {
+		switch v := c.(type) {
+		case interface{ Offloads() Offloads }:
+			return v.Offloads(), true
+		case interface{ Unwrap() Conn }:
+			c = v.Unwrap()
+		default:
+			return Offloads{}, false
+		}
+	}
+	return Offloads{}, false
+}
+
+// udpConn is the UDP endpoint. The platform files (batch_linux.go,
+// batch_default.go) supply initSys, readBatch and writeBatch and the sys
+// field's type; portable.go the one-datagram-per-call path; everything else
+// is here.
+type udpConn struct {
+	pc     *net.UDPConn
+	rc     syscall.RawConn
+	laddr  netip.AddrPort // unmapped; the source of every packet sent
+	is6    bool
+	verify bool
+	maxPkt int
+	log    *slog.Logger
+	closed atomic.Bool
+
+	offMu    sync.Mutex
+	offloads Offloads
+
+	ctr      counters
+	sys      sysConn
+	portable *portableState // the portable path's state, if it is in use
+}
+
+var _ Conn = (*udpConn)(nil)
+
+// counters are the endpoint's statistics, updated once per batch.
+type counters struct {
+	packetsIn, packetsOut atomic.Uint64
+	bytesIn, bytesOut     atomic.Uint64
+	readCalls, writeCalls atomic.Uint64
+	drops                 [wire.NumReasons]atomic.Uint64
+}
+
+// tally accumulates one batch's receive counts before they are published.
+type tally struct {
+	pkts, bytes uint64
+	drops       [wire.NumReasons]uint64
+}
+
+func (c *counters) addIn(t *tally) {
+	if t.pkts != 0 {
+		c.packetsIn.Add(t.pkts)
+		c.bytesIn.Add(t.bytes)
+	}
+	for i, d := range t.drops {
+		if d != 0 {
+			c.drops[i].Add(d)
+		}
+	}
+	*t = tally{}
+}
+
+// Open binds a UDP endpoint to laddr, which must be a specific IPv4 or IPv6
+// address of this host (an interface address, not 0.0.0.0 or ::). Port 0
+// means wire.UDPPort. opts may be nil.
+//
+// On Linux the socket is unconnected with IP_PMTUDISC_DO, so the kernel
+// sends every datagram with DF set and IPv4 identification 0 (segment k of
+// a GSO send gets k) — the values the ICRC covers. When the address and
+// port are taken the error is a *PortInUseError (errors.Is ErrPortInUse).
+func Open(laddr netip.AddrPort, opts *Options) (Conn, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	a := laddr.Addr()
+	if !a.IsValid() {
+		return nil, errors.New("transport: no local address: pass the address of a network interface (for example the Thunderbolt link's IPv4 address)")
+	}
+	a = a.Unmap()
+	if a.IsUnspecified() || a.IsMulticast() {
+		return nil, fmt.Errorf("transport: local address %v is not a unicast interface address: pass the address of a network interface (RoCE needs a specific source address, which the ICRC covers)", a)
+	}
+	port := laddr.Port()
+	switch {
+	case opts.Port != 0 && port != 0 && port != opts.Port:
+		return nil, fmt.Errorf("transport: local port %d conflicts with Options.Port %d", port, opts.Port)
+	case opts.Port != 0:
+		port = opts.Port
+	case port == 0:
+		port = wire.UDPPort
+	}
+	ap := netip.AddrPortFrom(a, port)
+	maxPkt := opts.MaxPacketSize
+	if maxPkt <= 0 {
+		maxPkt = DefaultMaxPacketSize
+	}
+	maxPkt = min(max(maxPkt, wire.BTHSize+wire.ICRCSize), maxUDPPayload)
+
+	is6 := a.Is6()
+	network := "udp4"
+	if is6 {
+		network = "udp6"
+	}
+	ifindex := 0
+	if opts.Interface != "" {
+		ifi, err := net.InterfaceByName(opts.Interface)
+		if err != nil {
+			return nil, fmt.Errorf("transport: interface %q: %w", opts.Interface, err)
+		}
+		ifindex = ifi.Index
+	}
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) { serr = setupSocket(fd, is6, opts, ifindex) }); err != nil {
+			return err
+		}
+		return serr
+	}}
+	pconn, err := lc.ListenPacket(context.Background(), network, ap.String())
+	if err != nil {
+		switch {
+		case errors.Is(err, syscall.EADDRINUSE):
+			return nil, &PortInUseError{Addr: ap, Err: err}
+		case errors.Is(err, syscall.EADDRNOTAVAIL):
+			return nil, fmt.Errorf("transport: %v is not an address of this host (pass the address of a local interface): %w", a, err)
+		}
+		return nil, fmt.Errorf("transport: open %v: %w", ap, err)
+	}
+	pc := pconn.(*net.UDPConn)
+	rc, err := pc.SyscallConn()
+	if err != nil {
+		pc.Close()
+		return nil, fmt.Errorf("transport: open %v: %w", ap, err)
+	}
+	if err := setBuffers(pc, rc, bufSize(opts.ReadBuffer), bufSize(opts.WriteBuffer)); err != nil {
+		pc.Close()
+		return nil, fmt.Errorf("transport: open %v: socket buffers: %w", ap, err)
+	}
+	c := &udpConn{
+		pc:     pc,
+		rc:     rc,
+		laddr:  ap,
+		is6:    is6,
+		verify: !opts.SkipICRCCheck,
+		maxPkt: maxPkt,
+		log:    opts.Logger,
+	}
+	if opts.forcePortable {
+		c.portable = newPortableState(maxPkt)
+		c.offloads = Offloads{
+			GSOError: &OffloadError{Offload: "UDP GSO", Err: errDisabledByOption},
+			GROError: &OffloadError{Offload: "UDP GRO", Err: errDisabledByOption},
+		}
+	} else if err := c.initSys(opts); err != nil {
+		pc.Close()
+		return nil, fmt.Errorf("transport: open %v: %w", ap, err)
+	}
+	if c.log != nil {
+		off := c.Offloads()
+		for _, e := range []error{off.GSOError, off.GROError} {
+			if e == nil {
+				continue
+			}
+			lvl := slog.LevelInfo
+			if errors.Is(e, errDisabledByOption) {
+				lvl = slog.LevelDebug
+			}
+			c.log.Log(context.Background(), lvl, "offload unavailable", "addr", ap, "err", e)
+		}
+	}
+	return c, nil
+}
+
+func bufSize(n int) int {
+	if n == 0 {
+		return DefaultSocketBuffer
+	}
+	return n
+}
+
+// Offloads reports the offloads in use. GSO may be turned off after Open
+// if the first GSO send fails (a device without checksum offload).
+func (c *udpConn) Offloads() Offloads {
+	c.offMu.Lock()
+	defer c.offMu.Unlock()
+	return c.offloads
+}
+
+func (c *udpConn) setOffloads(f func(*Offloads)) {
+	c.offMu.Lock()
+	f(&c.offloads)
+	c.offMu.Unlock()
+}
+
+// accept checks one received packet and fills m. It counts a drop in t and
+// returns false for a packet to drop.
+func (c *udpConn) accept(t *tally, pkt []byte, src netip.AddrPort, m *Message) bool {
+	if len(pkt) < wire.BTHSize+wire.ICRCSize {
+		t.drops[wire.ReasonShort]++
+		return false
+	}
+	var id uint16
+	if c.verify {
+		var ok bool
+		if id, ok = wire.VerifyICRC(pkt, src, c.laddr); !ok {
+			t.drops[wire.ReasonICRC]++
+			return false
+		}
+	}
+	*m = Message{Buf: pkt, Addr: src, Local: c.laddr.Addr(), IPID: id}
+	t.pkts++
+	t.bytes += uint64(len(pkt))
+	return true
+}
+
+// checkOut validates a message to send and returns its unmapped
+// destination.
+func (c *udpConn) checkOut(m *Message) (netip.AddrPort, error) {
+	if len(m.Buf) < wire.BTHSize+wire.ICRCSize {
+		return netip.AddrPort{}, fmt.Errorf("transport: send: %d-byte packet: %w", len(m.Buf), wire.ErrShortPacket)
+	}
+	if len(m.Buf) > maxUDPPayload {
+		return netip.AddrPort{}, fmt.Errorf("transport: send: %d-byte packet exceeds the %d-byte UDP limit", len(m.Buf), maxUDPPayload)
+	}
+	dst := netip.AddrPortFrom(m.Addr.Addr().Unmap(), m.Addr.Port())
+	if !dst.IsValid() || dst.Port() == 0 {
+		return netip.AddrPort{}, fmt.Errorf("transport: send: invalid destination %v", m.Addr)
+	}
+	if dst.Addr().Is6() != c.is6 {
+		return netip.AddrPort{}, fmt.Errorf("transport: send: destination %v is not of the local address family (%v)", m.Addr, c.laddr.Addr())
+	}
+	return dst, nil
+}
+
+// ReadBatch implements Conn.
+func (c *udpConn) ReadBatch(msgs []Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	var n int
+	var err error
+	if c.portable != nil {
+		n, err = c.readPortable(c.portable, msgs)
+	} else {
+		n, err = c.readBatch(msgs)
+	}
+	if err != nil && c.closed.Load() && !errors.Is(err, net.ErrClosed) {
+		err = fmt.Errorf("%w: %w", net.ErrClosed, err)
+	}
+	return n, err
+}
+
+// WriteBatch implements Conn. Each message's Buf gets its ICRC in place,
+// computed for the IP header the kernel will write; Buf is not retained.
+func (c *udpConn) WriteBatch(msgs []Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	if c.portable != nil {
+		return c.writePortable(msgs)
+	}
+	return c.writeBatch(msgs)
+}
+
+// BatchSize implements Conn.
+func (c *udpConn) BatchSize() int {
+	if c.portable != nil {
+		return 1
+	}
+	return defaultBatchSize
+}
+
+// LocalAddr implements Conn.
+func (c *udpConn) LocalAddr() netip.AddrPort { return c.laddr }
+
+// Stats implements Conn.
+func (c *udpConn) Stats() Stats {
+	s := Stats{
+		PacketsIn:  c.ctr.packetsIn.Load(),
+		PacketsOut: c.ctr.packetsOut.Load(),
+		BytesIn:    c.ctr.bytesIn.Load(),
+		BytesOut:   c.ctr.bytesOut.Load(),
+		ReadCalls:  c.ctr.readCalls.Load(),
+		WriteCalls: c.ctr.writeCalls.Load(),
+	}
+	for i := range s.Drops {
+		s.Drops[i] = c.ctr.drops[i].Load()
+	}
+	return s
+}
+
+// Close closes the socket and unblocks a pending ReadBatch. Closing twice
+// is not an error.
+func (c *udpConn) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	return c.pc.Close()
+}
+
+// setBuffersPortable sets the socket buffer sizes through net.UDPConn (a
+// size < 0 keeps the default).
+func setBuffersPortable(pc *net.UDPConn, rb, wb int) error {
+	if rb > 0 {
+		if err := pc.SetReadBuffer(rb); err != nil {
+			return err
+		}
+	}
+	if wb > 0 {
+		return pc.SetWriteBuffer(wb)
+	}
+	return nil
+}
