@@ -67,6 +67,7 @@ type Context struct {
 	bufMu   sync.Mutex
 	free    [][]byte // packet buffers ready for reuse
 
+	gsi      *GSI
 	async    chan AsyncEvent
 	done     chan struct{}
 	loopDone chan struct{}
@@ -477,6 +478,10 @@ func (c *Context) handle(m *transport.Message, pkt *wire.Packet) {
 		return
 	}
 	qpn := pkt.BTH.DestQP()
+	if qpn == wire.QPNGSI {
+		c.deliverGSI(pkt, m.Addr)
+		return
+	}
 	c.mu.RLock()
 	qp := c.qps[qpn]
 	c.mu.RUnlock()
