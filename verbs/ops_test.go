@@ -34,11 +34,12 @@ func TestUCWriteAndSend(t *testing.T) {
 		a, b := p.A, p.B
 		for _, size := range []int{0, 1, 1024, 1025, 50000} {
 			fill(a.Buf[:size], uint64(size))
-			mustPost(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, ImmData: 77,
-				SGList: []verbs.SGE{a.MR.SGE(0, size)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()})
+			// UC never retries: the receive must be posted before the data arrives.
 			if _, err := b.QP.PostRecv(verbs.RecvWR{WRID: 2}); err != nil {
 				t.Fatal(err)
 			}
+			mustPost(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, ImmData: 77,
+				SGList: []verbs.SGE{a.MR.SGE(0, size)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()})
 			wantOK(t, a.Wait(t, 1), verbs.WCRDMAWrite)
 			rw := b.Wait(t, 1)
 			if rw[0].Status != verbs.WCSuccess || rw[0].Opcode != verbs.WCRecvRDMAWithImm || rw[0].ImmData != 77 || rw[0].ByteLen != uint32(size) {

@@ -6,8 +6,11 @@ package verbstest
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tbrdma/tbrdma/transport"
 	"github.com/tbrdma/tbrdma/verbs"
@@ -43,13 +46,23 @@ type End struct {
 // Pair is two connected Ends.
 type Pair struct{ A, B *End }
 
-var nextAddr atomic.Uint32
+// nextAddr starts at a point drawn from the process ID, so that the test
+// binaries of several packages, which go test runs at once, use different
+// addresses.
+var nextAddr = func() *atomic.Uint32 {
+	var n atomic.Uint32
+	n.Store(uint32(os.Getpid()) * 257)
+	return &n
+}()
 
-// LoopbackAddr returns a fresh loopback address (127.0.N.M) so that tests
-// running at once never fight over UDP port 4791.
+// LoopbackAddr returns a fresh loopback address (127.77.N.M .. 127.92.N.M)
+// so that tests running at once never fight over UDP port 4791.
 func LoopbackAddr() netip.Addr {
-	n := nextAddr.Add(1)
-	return netip.AddrFrom4([4]byte{127, 77, byte(n >> 8), byte(n)})
+	n := nextAddr.Add(1) % (16 << 16)
+	if byte(n) == 0 || byte(n) == 255 {
+		n = nextAddr.Add(2) % (16 << 16)
+	}
+	return netip.AddrFrom4([4]byte{127, 77 + byte(n>>16), byte(n >> 8), byte(n)})
 }
 
 // NewPair creates two contexts and a connected QP on each. Everything is
@@ -175,28 +188,30 @@ func Connect(e, peer *End, o Options) error {
 }
 
 // Wait polls e's CQ until n completions have arrived and returns them. It
-// fails the test when a poll returns an error, or after maxSpins empty
-// polls separated by a scheduler yield.
+// fails the test when a poll returns an error, or when 60 seconds pass
+// without the completions (a hang guard, not a timing assertion).
 func (e *End) Wait(tb testing.TB, n int) []verbs.WC {
 	tb.Helper()
 	out := make([]verbs.WC, 0, n)
 	wc := make([]verbs.WC, 16)
-	idle := 0
-	for len(out) < n {
+	deadline := time.Now().Add(60 * time.Second)
+	for spins := 0; len(out) < n; spins++ {
 		k, err := e.CQ.Poll(wc[:min(len(wc), n-len(out))])
 		if err != nil {
 			tb.Fatalf("poll CQ: %v", err)
 		}
-		if k == 0 {
-			idle++
-			if idle > 20_000_000 {
-				tb.Fatalf("waited too long: %d of %d completions", len(out), n)
-			}
-			yield()
+		if k > 0 {
+			out = append(out, wc[:k]...)
 			continue
 		}
-		idle = 0
-		out = append(out, wc[:k]...)
+		if time.Now().After(deadline) {
+			tb.Fatalf("waited 60 s: %d of %d completions", len(out), n)
+		}
+		if spins%64 == 63 {
+			time.Sleep(50 * time.Microsecond)
+		} else {
+			runtime.Gosched()
+		}
 	}
 	return out
 }

@@ -1,0 +1,53 @@
+// Package rdmacm is an rdma_cm-shaped connection manager (librdmacm) over
+// package verbs: it sets up reliable connections the way the Linux kernel's
+// rdma_cm does on RoCEv2, with IB CM messages (REQ, REP, RTU, REJ, MRA,
+// DREQ, DREP) in MADs on QP1 and the CMA header in the REQ's private data,
+// so either end may be a stock librdmacm program (rping, perftest -R) on
+// rdma_rxe.
+//
+// # Object model
+//
+// An [EventChannel] delivers events in order ([EventChannel.GetEvent]). An
+// [ID] is created on a channel for one verbs.Context and a port space
+// ([PSTCP]). The active side calls [ID.ResolveAddr], [ID.ResolveRoute],
+// [ID.CreateQP] and [ID.Connect], waiting for ADDR_RESOLVED,
+// ROUTE_RESOLVED and ESTABLISHED (or REJECTED, UNREACHABLE, CONNECT_ERROR).
+// The passive side calls [ID.Bind] and [ID.Listen]; each connection
+// request arrives as a CONNECT_REQUEST event carrying a new ID, on which it
+// calls [ID.CreateQP] and [ID.Accept] (ESTABLISHED follows when the RTU
+// arrives) or [ID.Reject]. Either side ends with [ID.Disconnect]: the other
+// gets DISCONNECTED and answers with its own Disconnect; both then get
+// TIMEWAIT_EXIT about two seconds later.
+//
+// The QP of an ID is moved to RTS by the package from the CM exchange, as
+// the kernel's ib_cm_init_qp_attr does (roce-wire.md §6.10): PSNs from the
+// REQ and REP, path MTU from the route, the local ACK timeout, retry counts
+// and RDMA READ/atomic depths from [ConnParam]. The active side's QP is in
+// RTS before ESTABLISHED; the passive side's before the REP leaves.
+//
+// # Lifetimes
+//
+// Destroy every ID, including the ones CONNECT_REQUEST hands out, and the
+// channel. [ID.Destroy] does what rdma_destroy_id does on the wire: a REJ
+// for a connection in progress, a DREQ for an established one, the DREP
+// for a received DREQ. It does not close the QP ([ID.DestroyQP] does).
+// While an ID exists its verbs.Context runs one goroutine pair that reads
+// QP1 and runs the CM timers; the last Destroy on a context stops it.
+//
+// # Concurrency
+//
+// All methods are safe for concurrent use. Events of one channel are
+// delivered in order; the channel buffers without bound, so an
+// application that stops reading holds memory, not the CM.
+//
+// # Timers
+//
+// As the kernel: a REQ is resent every 2 × conv(packet lifetime 18) +
+// conv(CM response timeout 20) = 6.144 s, 15 times, then UNREACHABLE
+// (about 98 s); a REP every conv(the REQ's local CM response timeout)
+// (4.096 s) up to the REQ's max CM retries; a duplicate REQ before
+// Accept gets an MRA. Timewait lasts 2.048 s.
+//
+// Not yet: UD (PS_UDP / SIDR), IPv6 addresses in tests, LAP/APR, timewait
+// stale-connection checks by QPN, ports other than 4791 for the peer.
+package rdmacm

@@ -1,0 +1,637 @@
+package rdmacm
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/tbrdma/tbrdma/rdmacm/internal/cmwire"
+	"github.com/tbrdma/tbrdma/rdmacm/internal/fsm"
+	"github.com/tbrdma/tbrdma/transport/wire"
+	"github.com/tbrdma/tbrdma/verbs"
+)
+
+// PortSpace is an rdma_cm port space (enum rdma_port_space).
+type PortSpace uint16
+
+const (
+	// PSTCP is the port space of reliable connections (RDMA_PS_TCP).
+	PSTCP PortSpace = PortSpace(cmwire.PSTCP)
+	// PSIB allows any QP type (RDMA_PS_IB).
+	PSIB PortSpace = PortSpace(cmwire.PSIB)
+)
+
+func (ps PortSpace) String() string { return cmwire.PortSpace(ps).String() }
+
+// CM parameters as the Linux rdma_cm uses them on RoCE (roce-wire.md §6.8,
+// §7.4).
+const (
+	cmResponseTimeout cmwire.Timeout = 20 // CMA_CM_RESPONSE_TIMEOUT
+	maxCMRetries                     = 15 // CMA_MAX_CM_RETRIES
+	packetLifetime    cmwire.Timeout = 18 // CMA_IBOE_PACKET_LIFETIME
+	caAckDelay        cmwire.Timeout = 15 // rxe's local_ca_ack_delay
+	hopLimit                         = 64
+)
+
+type idState uint8
+
+const (
+	stateIdle idState = iota
+	stateAddrQuery
+	stateAddrResolved
+	stateRouteResolved
+	stateListen
+	stateConnectRequest // passive, before Accept/Reject
+	stateConnect        // a connection exists (fsm holds the details)
+	stateDestroyed
+)
+
+// ID is an rdma_cm identifier (struct rdma_cm_id): a listener, or one end
+// of a connection with its QP. Its methods are safe for concurrent use;
+// its events arrive on the EventChannel it was created on (the listener's
+// channel for an ID from a CONNECT_REQUEST).
+type ID struct {
+	ch   *EventChannel
+	ps   PortSpace
+	vctx *verbs.Context
+	d    *dispatcher
+
+	// Context is the caller's, untouched by the package.
+	Context any
+
+	// Guarded by d.mu.
+	state    idState
+	local    netip.AddrPort // bound address and port
+	remote   netip.AddrPort // peer address and port (CMA header / ResolveAddr)
+	peer     netip.Addr     // where CM MADs go
+	peerGID  verbs.GID
+	pathMTU  verbs.MTU
+	bound    bool
+	qp       *verbs.QP
+	srq      bool
+	conn     *fsm.Conn
+	param    ConnParam // own parameters of Connect/Accept
+	rqPSN    wire.PSN
+	listener *ID
+	backlog  int
+	pending  int // listener: CONNECT_REQUESTs not answered yet
+	// Passive connection: the REQ and the listener counting it as pending.
+	req       cmwire.REQFields
+	rkey      remoteKey
+	pendingOn *ID
+	// estParam is what ESTABLISHED reports on the active side.
+	estParam ConnParam
+}
+
+// CreateID creates an ID on vctx in port space ps (rdma_create_id). Its
+// events arrive on ch. Destroy it when done.
+func (ch *EventChannel) CreateID(vctx *verbs.Context, ps PortSpace) (*ID, error) {
+	if vctx == nil {
+		return nil, fmt.Errorf("rdmacm: create id: no verbs context: %w", ErrInvalidArgument)
+	}
+	if ps != PSTCP && ps != PSIB {
+		return nil, fmt.Errorf("rdmacm: create id: port space %v: %w", ps, ErrNotSupported)
+	}
+	ch.mu.Lock()
+	closed := ch.closed
+	ch.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	return &ID{ch: ch, ps: ps, vctx: vctx, d: acquire(vctx)}, nil
+}
+
+// VerbsContext returns the verbs context the ID works on.
+func (id *ID) VerbsContext() *verbs.Context { return id.vctx }
+
+// PortSpace returns the ID's port space.
+func (id *ID) PortSpace() PortSpace { return id.ps }
+
+// QP returns the ID's QP (CreateQP), or nil.
+func (id *ID) QP() *verbs.QP {
+	id.d.mu.Lock()
+	defer id.d.mu.Unlock()
+	return id.qp
+}
+
+// LocalAddr returns the bound address and port.
+func (id *ID) LocalAddr() netip.AddrPort {
+	id.d.mu.Lock()
+	defer id.d.mu.Unlock()
+	return id.local
+}
+
+// RemoteAddr returns the peer's address and port.
+func (id *ID) RemoteAddr() netip.AddrPort {
+	id.d.mu.Lock()
+	defer id.d.mu.Unlock()
+	return id.remote
+}
+
+// PathMTU returns the path MTU of the resolved route or connection.
+func (id *ID) PathMTU() verbs.MTU {
+	id.d.mu.Lock()
+	defer id.d.mu.Unlock()
+	return id.pathMTU
+}
+
+// Bind binds the ID to addr (rdma_bind_addr). The address must be the
+// verbs context's or unspecified; port 0 picks a free port.
+func (id *ID) Bind(addr netip.AddrPort) error {
+	d := id.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if id.state != stateIdle || id.bound {
+		return fmt.Errorf("rdmacm: bind: %w", ErrInvalidState)
+	}
+	return id.bindLocked(addr)
+}
+
+func (id *ID) bindLocked(addr netip.AddrPort) error {
+	a := addr.Addr().Unmap()
+	own := id.vctx.LocalAddr().Addr().Unmap()
+	if a.IsValid() && !a.IsUnspecified() && a != own {
+		return fmt.Errorf("rdmacm: bind %v: not the device's address %v: %w", addr, own, ErrInvalidArgument)
+	}
+	port, err := id.d.bind(id, id.ps, addr.Port())
+	if err != nil {
+		return fmt.Errorf("rdmacm: bind %v: %w", addr, err)
+	}
+	if !a.IsValid() {
+		a = netip.IPv4Unspecified()
+	}
+	id.local, id.bound = netip.AddrPortFrom(a, port), true
+	return nil
+}
+
+// ResolveAddr resolves dst ("host:port", host an IP literal or, with a
+// Resolver on the channel, a name) and binds the ID if it is not bound
+// (rdma_resolve_addr). ADDR_RESOLVED or ADDR_ERROR follows.
+func (id *ID) ResolveAddr(dst string, timeout time.Duration) error {
+	host, portStr, err := net.SplitHostPort(dst)
+	if err != nil {
+		return fmt.Errorf("rdmacm: resolve addr %q: %w", dst, ErrInvalidArgument)
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return fmt.Errorf("rdmacm: resolve addr %q: bad port: %w", dst, ErrInvalidArgument)
+	}
+	d := id.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if id.state != stateIdle {
+		return fmt.Errorf("rdmacm: resolve addr: %w", ErrInvalidState)
+	}
+	if !id.bound {
+		if err := id.bindLocked(netip.AddrPort{}); err != nil {
+			return err
+		}
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		id.setRemoteLocked(netip.AddrPortFrom(a.Unmap(), uint16(port)))
+		return nil
+	}
+	if id.ch.resolver == nil {
+		return fmt.Errorf("rdmacm: resolve addr %q: not an IP address and no resolver: %w", host, ErrInvalidArgument)
+	}
+	id.state = stateAddrQuery
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		addrs, err := id.ch.resolver.LookupNetIP(ctx, host)
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if id.state != stateAddrQuery {
+			return // destroyed meanwhile
+		}
+		if err == nil && len(addrs) == 0 {
+			err = fmt.Errorf("rdmacm: resolve %q: no addresses", host)
+		}
+		if err != nil {
+			id.state = stateIdle
+			id.ch.post(&Event{Type: EventAddrError, ID: id, Status: -113, Err: err})
+			return
+		}
+		id.setRemoteLocked(netip.AddrPortFrom(addrs[0].Unmap(), uint16(port)))
+	}()
+	return nil
+}
+
+func (id *ID) setRemoteLocked(dst netip.AddrPort) {
+	id.remote, id.peer = dst, dst.Addr()
+	id.peerGID = wire.GIDFromAddr(dst.Addr())
+	if id.local.Addr().IsUnspecified() {
+		id.local = netip.AddrPortFrom(id.vctx.LocalAddr().Addr().Unmap(), id.local.Port())
+	}
+	id.state = stateAddrResolved
+	id.ch.post(&Event{Type: EventAddrResolved, ID: id})
+}
+
+// ResolveRoute picks the path to the resolved address (rdma_resolve_route):
+// the path MTU is the lesser of 4096 and the device's active MTU.
+// ROUTE_RESOLVED follows.
+func (id *ID) ResolveRoute(timeout time.Duration) error {
+	d := id.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if id.state != stateAddrResolved {
+		return fmt.Errorf("rdmacm: resolve route: %w", ErrInvalidState)
+	}
+	id.pathMTU = min(verbs.MTU4096, id.vctx.ActiveMTU())
+	id.state = stateRouteResolved
+	id.ch.post(&Event{Type: EventRouteResolved, ID: id})
+	return nil
+}
+
+// CreateQP creates the ID's QP on pd (rdma_create_qp) and moves it to
+// INIT; Connect or Accept moves it on to RTS. attr.Type defaults to RC.
+func (id *ID) CreateQP(pd *verbs.PD, attr *verbs.QPInitAttr) (*verbs.QP, error) {
+	a := *attr
+	if a.Type == 0 {
+		a.Type = verbs.QPTypeRC
+	}
+	if a.Type != verbs.QPTypeRC {
+		return nil, fmt.Errorf("rdmacm: create qp: %v: %w", a.Type, ErrNotSupported)
+	}
+	d := id.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if id.qp != nil || id.state == stateDestroyed {
+		return nil, fmt.Errorf("rdmacm: create qp: %w", ErrInvalidState)
+	}
+	qp, err := pd.CreateQP(&a)
+	if err != nil {
+		return nil, fmt.Errorf("rdmacm: create qp: %w", err)
+	}
+	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		qp.Close()
+		return nil, fmt.Errorf("rdmacm: create qp: %w", err)
+	}
+	id.qp, id.srq = qp, a.SRQ != nil
+	return qp, nil
+}
+
+// DestroyQP closes the ID's QP (rdma_destroy_qp).
+func (id *ID) DestroyQP() error {
+	id.d.mu.Lock()
+	qp := id.qp
+	id.qp = nil
+	id.d.mu.Unlock()
+	if qp == nil {
+		return nil
+	}
+	return qp.Close()
+}
+
+// Listen starts listening for connection requests on the bound port
+// (rdma_listen). backlog bounds the CONNECT_REQUESTs not yet accepted or
+// rejected (≤ 0: 1024); more are rejected.
+func (id *ID) Listen(backlog int) error {
+	d := id.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if id.state != stateIdle {
+		return fmt.Errorf("rdmacm: listen: %w", ErrInvalidState)
+	}
+	if !id.bound {
+		if err := id.bindLocked(netip.AddrPort{}); err != nil {
+			return err
+		}
+	}
+	if backlog <= 0 {
+		backlog = 1024
+	}
+	id.backlog, id.state = backlog, stateListen
+	d.listeners[portKey{id.ps, id.local.Port()}] = id
+	return nil
+}
+
+func clampRes(v uint8) uint8 {
+	if v == MaxResources || v > verbs.MaxRdAtomic {
+		return verbs.MaxRdAtomic
+	}
+	return v
+}
+
+// Connect sends a connection request to the resolved peer (rdma_connect).
+// p nil means librdmacm's defaults: device-maximum resources, retry and
+// RNR retry 7. ESTABLISHED, REJECTED, UNREACHABLE or CONNECT_ERROR follows;
+// when the ID has a QP it is in RTS before ESTABLISHED.
+func (id *ID) Connect(p *ConnParam) error {
+	if p == nil {
+		p = &ConnParam{ResponderResources: MaxResources, InitiatorDepth: MaxResources, RetryCount: 7, RNRRetryCount: 7}
+	}
+	if len(p.PrivateData) > cmwire.REQUserDataSize {
+		return fmt.Errorf("rdmacm: connect: %d bytes of private data, at most %d: %w", len(p.PrivateData), cmwire.REQUserDataSize, ErrInvalidArgument)
+	}
+	d := id.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if id.state != stateRouteResolved {
+		return fmt.Errorf("rdmacm: connect: %w", ErrInvalidState)
+	}
+	qpn := wire.QPN(p.QPNum)
+	srq := p.SRQ
+	if id.qp != nil {
+		qpn, srq = id.qp.QPN(), id.srq
+	}
+	if qpn == 0 {
+		return fmt.Errorf("rdmacm: connect: no QP: %w", ErrInvalidState)
+	}
+	id.param = *p
+	id.param.PrivateData = nil
+	id.param.ResponderResources = clampRes(p.ResponderResources)
+	id.param.InitiatorDepth = clampRes(p.InitiatorDepth)
+	id.rqPSN = wire.PSN(rand.Uint32()) & wire.PSNMask
+	local := d.newCommID()
+	srcPort, dstPort := id.local.Port(), id.remote.Port()
+	f := cmwire.REQFields{
+		LocalCommID:             local,
+		ServiceID:               cmwire.ServiceID(cmwire.PortSpace(id.ps), dstPort),
+		LocalCAGUID:             d.guid,
+		LocalQPN:                qpn,
+		ResponderResources:      id.param.ResponderResources,
+		InitiatorDepth:          id.param.InitiatorDepth,
+		RemoteCMResponseTimeout: cmResponseTimeout,
+		TransportType:           cmwire.TransportRC,
+		EndToEndFlowControl:     p.FlowControl,
+		StartingPSN:             id.rqPSN,
+		LocalCMResponseTimeout:  cmResponseTimeout,
+		RetryCount:              min(p.RetryCount, 7),
+		PKey:                    wire.PKeyDefault,
+		PathMTU:                 cmwire.MTU(id.pathMTU),
+		RNRRetryCount:           min(p.RNRRetryCount, 7),
+		MaxCMRetries:            maxCMRetries,
+		SRQ:                     srq,
+		Primary: cmwire.PathFields{
+			LocalLID: 0xFFFF, RemoteLID: 0xFFFF,
+			LocalGID: wire.GIDFromAddr(id.local.Addr()), RemoteGID: id.peerGID,
+			FlowLabel:       (uint32(srcPort)*31 + uint32(dstPort)) & 0xFFFFF,
+			HopLimit:        hopLimit,
+			LocalACKTimeout: cmwire.AckTimeout(caAckDelay, packetLifetime),
+		},
+	}
+	hdr := cmwire.NewCMAHeader(srcPort, id.local.Addr(), id.remote.Addr()).Append(f.PrivateData[:0])
+	copy(f.PrivateData[len(hdr):], p.PrivateData)
+	tid := cmwire.KernelTID(d.hiTID, local)
+	id.conn = fsm.NewActive(local, tid, qpn, fsm.ActiveTiming(cmResponseTimeout, packetLifetime, maxCMRetries))
+	d.conns[local] = id
+	id.state = stateConnect
+	id.apply(time.Now(), id.conn.Connect(time.Now(), cmwire.AppendMAD(nil, tid, f)))
+	d.wake()
+	return nil
+}
+
+// accessFor is the QP access the CM grants (roce-wire.md §6.10): remote
+// write always, remote read and atomics when the QP serves any.
+func accessFor(respRes uint8) verbs.AccessFlags {
+	a := verbs.AccessRemoteWrite
+	if respRes > 0 {
+		a |= verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	}
+	return a
+}
+
+// modifyQP moves qp INIT → INIT (access) → RTR → RTS.
+func (id *ID) modifyQP(access verbs.AccessFlags, rtr, rts *verbs.QPAttr) error {
+	qp := id.qp
+	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, AccessFlags: access}, verbs.QPAttrState|verbs.QPAttrAccessFlags); err != nil {
+		return fmt.Errorf("modify qp %v to INIT: %w", qp.QPN(), err)
+	}
+	rtr.State = verbs.QPStateRTR
+	rtr.AH = verbs.AHAttr{DGID: id.peerGID, HopLimit: hopLimit, PortNum: 1}
+	if err := qp.Modify(rtr, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|
+		verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
+		return fmt.Errorf("modify qp %v to RTR: %w", qp.QPN(), err)
+	}
+	rts.State = verbs.QPStateRTS
+	if err := qp.Modify(rts, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|
+		verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic); err != nil {
+		return fmt.Errorf("modify qp %v to RTS: %w", qp.QPN(), err)
+	}
+	return nil
+}
+
+// onREP moves the active QP to RTS from the REP and sends the RTU
+// (roce-wire.md §6.10, §7.9).
+func (id *ID) onREP(now time.Time, msg cmwire.Message) {
+	rep := msg.REP()
+	pd := append([]byte(nil), rep.PrivateData()...)
+	param := ConnParam{PrivateData: pd, ResponderResources: rep.InitiatorDepth(), InitiatorDepth: rep.ResponderResources(),
+		FlowControl: rep.EndToEndFlowControl(), RNRRetryCount: rep.RNRRetryCount(), SRQ: rep.SRQ(), QPNum: uint32(rep.LocalQPN())}
+	if id.qp == nil {
+		// The application moves its QP and calls Establish.
+		id.ch.post(&Event{Type: EventConnectResponse, ID: id, Param: param})
+		return
+	}
+	respRes := id.param.ResponderResources
+	err := id.modifyQP(accessFor(respRes),
+		&verbs.QPAttr{PathMTU: id.pathMTU, DestQPN: rep.LocalQPN(), RQPSN: id.rqPSN, MaxDestRdAtomic: respRes},
+		&verbs.QPAttr{SQPSN: rep.StartingPSN(), Timeout: uint8(cmwire.AckTimeout(rep.TargetACKDelay(), packetLifetime)),
+			RetryCnt: min(id.param.RetryCount, 7), RNRRetry: rep.RNRRetryCount(),
+			MaxRdAtomic: min(id.param.InitiatorDepth, rep.ResponderResources())})
+	if err != nil {
+		id.apply(now, id.conn.Reject(now, cmwire.RejConsumerDefined, nil, nil))
+		id.ch.post(&Event{Type: EventConnectError, ID: id, Status: -22, Err: fmt.Errorf("rdmacm: %w", err)})
+		return
+	}
+	id.estParam = param
+	id.apply(now, id.conn.SendRTU(now, nil))
+}
+
+// Establish completes a connection whose ID has no QP, after
+// CONNECT_RESPONSE, by sending the RTU (rdma_establish).
+func (id *ID) Establish() error {
+	d := id.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if id.conn == nil || id.conn.State() != fsm.REPRcvd {
+		return fmt.Errorf("rdmacm: establish: %w", ErrInvalidState)
+	}
+	id.apply(time.Now(), id.conn.SendRTU(time.Now(), nil))
+	return nil
+}
+
+// Accept accepts the connection request of an ID from a CONNECT_REQUEST
+// (rdma_accept): the QP goes to RTS and the REP is sent; ESTABLISHED follows
+// when the RTU arrives. p nil means librdmacm's defaults: the resources
+// the peer offered (up to the device maximum) and RNR retry 7.
+func (id *ID) Accept(p *ConnParam) error {
+	d := id.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if id.state != stateConnectRequest || id.conn == nil || id.conn.State() != fsm.REQRcvd && id.conn.State() != fsm.MRAREQSent {
+		return fmt.Errorf("rdmacm: accept: %w", ErrInvalidState)
+	}
+	req := &id.req
+	if p == nil {
+		p = &ConnParam{ResponderResources: min(req.InitiatorDepth, verbs.MaxRdAtomic),
+			InitiatorDepth: min(req.ResponderResources, verbs.MaxRdAtomic), RNRRetryCount: 7}
+	}
+	if len(p.PrivateData) > cmwire.REPPrivateDataSize {
+		return fmt.Errorf("rdmacm: accept: %d bytes of private data, at most %d: %w", len(p.PrivateData), cmwire.REPPrivateDataSize, ErrInvalidArgument)
+	}
+	qpn := wire.QPN(p.QPNum)
+	srq := p.SRQ
+	if id.qp != nil {
+		qpn, srq = id.qp.QPN(), id.srq
+	}
+	if qpn == 0 {
+		return fmt.Errorf("rdmacm: accept: no QP: %w", ErrInvalidState)
+	}
+	respRes, initDepth := clampRes(p.ResponderResources), clampRes(p.InitiatorDepth)
+	id.rqPSN = wire.PSN(rand.Uint32()) & wire.PSNMask
+	if id.qp != nil {
+		err := id.modifyQP(accessFor(respRes),
+			&verbs.QPAttr{PathMTU: id.pathMTU, DestQPN: req.LocalQPN, RQPSN: id.rqPSN, MaxDestRdAtomic: respRes},
+			&verbs.QPAttr{SQPSN: req.StartingPSN, Timeout: uint8(req.Primary.LocalACKTimeout), RetryCnt: req.RetryCount,
+				RNRRetry: req.RNRRetryCount, MaxRdAtomic: min(initDepth, req.ResponderResources)})
+		if err != nil {
+			return fmt.Errorf("rdmacm: accept: %w", err)
+		}
+	}
+	f := cmwire.REPFields{
+		LocalCommID: id.conn.LocalID, RemoteCommID: id.conn.RemoteID, LocalQPN: qpn, StartingPSN: id.rqPSN,
+		ResponderResources: respRes, InitiatorDepth: initDepth, TargetACKDelay: caAckDelay,
+		EndToEndFlowControl: p.FlowControl, RNRRetryCount: min(p.RNRRetryCount, 7), SRQ: srq, LocalCAGUID: d.guid,
+	}
+	copy(f.PrivateData[:], p.PrivateData)
+	id.conn.LocalQPN = qpn
+	id.unpend()
+	id.state = stateConnect
+	id.apply(time.Now(), id.conn.Accept(time.Now(), cmwire.AppendMAD(nil, id.conn.TID, f)))
+	d.wake()
+	return nil
+}
+
+// unpend stops counting the ID against its listener's backlog.
+func (id *ID) unpend() {
+	if id.pendingOn != nil {
+		id.pendingOn.pending--
+		id.pendingOn = nil
+	}
+}
+
+// Reject rejects the connection request of an ID from a CONNECT_REQUEST
+// with REJ reason 28 (consumer defined) and up to 148 bytes of private
+// data (rdma_reject).
+func (id *ID) Reject(privateData []byte) error {
+	if len(privateData) > cmwire.REJPrivateDataSize {
+		return fmt.Errorf("rdmacm: reject: %d bytes of private data, at most %d: %w", len(privateData), cmwire.REJPrivateDataSize, ErrInvalidArgument)
+	}
+	d := id.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if id.state != stateConnectRequest || id.conn == nil {
+		return fmt.Errorf("rdmacm: reject: %w", ErrInvalidState)
+	}
+	id.unpend()
+	id.apply(time.Now(), id.conn.Reject(time.Now(), cmwire.RejConsumerDefined, nil, privateData))
+	return nil
+}
+
+// Disconnect moves the QP to ERR and sends a DREQ, or the DREP when the
+// peer disconnected first (rdma_disconnect). DISCONNECTED follows (once per
+// connection), then TIMEWAIT_EXIT.
+func (id *ID) Disconnect() error {
+	d := id.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if id.conn == nil {
+		return fmt.Errorf("rdmacm: disconnect: %w", ErrInvalidState)
+	}
+	switch id.conn.State() {
+	case fsm.Established, fsm.REPSent, fsm.DREQRcvd:
+	default:
+		return fmt.Errorf("rdmacm: disconnect in %v: %w", id.conn.State(), ErrInvalidState)
+	}
+	if id.qp != nil {
+		id.qp.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.QPAttrState)
+	}
+	id.apply(time.Now(), id.conn.Disconnect(time.Now()))
+	d.wake()
+	return nil
+}
+
+// Destroy releases the ID (rdma_destroy_id): a connection in progress is
+// rejected, an established one gets a DREQ (no wait), a received DREQ its
+// DREP. The QP is not closed (DestroyQP). Destroy is idempotent.
+func (id *ID) Destroy() error {
+	d := id.d
+	d.mu.Lock()
+	if id.state == stateDestroyed {
+		d.mu.Unlock()
+		return nil
+	}
+	if id.conn != nil {
+		r := id.conn.Destroy(time.Now(), d.guid)
+		for _, m := range r.Send {
+			d.send(id.peer, m)
+		}
+		d.forget(id)
+	}
+	id.unpend()
+	if id.bound && d.ports[portKey{id.ps, id.local.Port()}] == id {
+		delete(d.ports, portKey{id.ps, id.local.Port()})
+	}
+	if id.state == stateListen {
+		delete(d.listeners, portKey{id.ps, id.local.Port()})
+	}
+	id.state = stateDestroyed
+	d.mu.Unlock()
+	d.release()
+	return nil
+}
+
+// forget removes the ID's connection from the dispatcher's tables.
+func (d *dispatcher) forget(id *ID) {
+	if id.conn == nil {
+		return
+	}
+	if d.conns[id.conn.LocalID] == id {
+		delete(d.conns, id.conn.LocalID)
+	}
+	if id.rkey != (remoteKey{}) && d.remote[id.rkey] == id {
+		delete(d.remote, id.rkey)
+	}
+}
+
+// apply sends what a state machine step returned and reports its event.
+func (id *ID) apply(now time.Time, r fsm.Result) {
+	d := id.d
+	for _, m := range r.Send {
+		d.send(id.peer, m)
+	}
+	switch r.Event {
+	case fsm.EvGotREP:
+		id.onREP(now, r.Msg)
+	case fsm.EvEstablished:
+		ev := &Event{Type: EventEstablished, ID: id, Param: id.estParam}
+		if !id.conn.Active() {
+			ev.Param = ConnParam{ResponderResources: id.req.InitiatorDepth, InitiatorDepth: id.req.ResponderResources,
+				RetryCount: id.req.RetryCount, RNRRetryCount: id.req.RNRRetryCount, QPNum: uint32(id.req.LocalQPN)}
+		}
+		id.ch.post(ev)
+	case fsm.EvRejected:
+		rej := r.Msg.REJ()
+		pd := append([]byte(nil), rej.PrivateData()...)
+		reason := RejectReason(rej.Reason())
+		id.ch.post(&Event{Type: EventRejected, ID: id, Status: int(reason), Param: ConnParam{PrivateData: pd},
+			Err: &RejectError{Reason: reason, PrivateData: pd}})
+	case fsm.EvUnreachable:
+		id.ch.post(&Event{Type: EventUnreachable, ID: id, Status: etimedout, Err: &TimeoutError{Op: "connect"}})
+	case fsm.EvDisconnected:
+		id.ch.post(&Event{Type: EventDisconnected, ID: id})
+	case fsm.EvTimewaitExit:
+		id.ch.post(&Event{Type: EventTimewaitExit, ID: id})
+	}
+	if id.conn.State() == fsm.Closed {
+		id.unpend()
+		d.forget(id)
+	}
+}
