@@ -73,6 +73,11 @@ type Context struct {
 	loopDone chan struct{}
 
 	Counters Counters
+
+	// dev is the device the context was opened on by Device.Open (set once,
+	// before Open returns); nil for contexts made by NewContext. See
+	// device.go.
+	dev *Device
 }
 
 // Counters are the per-device event counters.

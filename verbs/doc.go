@@ -2,6 +2,19 @@
 // speaks RoCEv2 exactly as Linux SoftRoCE (rdma_rxe) does, so a peer may be
 // another tbrdma process or a stock Linux host with rdma_rxe.
 //
+// # Devices
+//
+// [Devices] lists one soft device per usable network interface (up, with an
+// address; loopback and the rest on request), Thunderbolt links first, as
+// ibv_get_device_list does for rdma_rxe. A [Device] is named after its
+// netdev ("tb_thunderbolt0", "tb_eth0"), has one port whose GID table holds
+// a RoCE v2 GID per interface address (IPv4-mapped for IPv4), a node GUID
+// derived from the MAC as rdma_rxe derives it, and an active MTU derived
+// from the link MTU as rdma_rxe does ([MTUForLink]). [Device.QueryDevice]
+// and [Device.QueryPort] return the ibv_query_device / ibv_query_port
+// attributes and limits; [Device.Open] opens a Context on one of the
+// device's addresses. A Device is a snapshot: list again to see changes.
+//
 // # Object model
 //
 // A [Context] is an open soft device: one UDP endpoint (port 4791 on one
