@@ -32,6 +32,7 @@ var commands = []func(*Factory) *cobra.Command{
 	func(f *Factory) *cobra.Command { return newCmdAtomicLat(f, nil) },
 	func(f *Factory) *cobra.Command { return newCmdWriteBW(f, nil) },
 	func(f *Factory) *cobra.Command { return newCmdDemo(f, nil) },
+	func(f *Factory) *cobra.Command { return newCmdDevices(f, nil) },
 }
 
 // Main runs tbrdma with the process's arguments and returns its exit code.

@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/tbrdma/tbrdma/transport/netif"
+	"github.com/tbrdma/tbrdma/verbs"
+)
+
+func fakeDevices(*verbs.DeviceListOptions) ([]*verbs.Device, error) {
+	tb := netif.Interface{Name: "thunderbolt0", Index: 7, MTU: 65520, Up: true, Thunderbolt: true, Kind: "thunderbolt",
+		HardwareAddr: net.HardwareAddr{0x02, 0x66, 0x04, 0x12, 0x34, 0x56}, Speed: 40e9,
+		Addrs: []netip.Prefix{netip.MustParsePrefix("198.18.0.1/24")}}
+	a := netip.MustParseAddr("198.18.0.1")
+	return []*verbs.Device{{
+		Name: "tb_thunderbolt0", Netdev: "thunderbolt0", Thunderbolt: true, NodeGUID: 0x026604fffe123456,
+		GIDs:    []verbs.GIDEntry{{Index: 0, GID: verbs.GID(netip.AddrFrom16(a.As16()).As16()), Type: verbs.GIDTypeRoCEv2, Addr: a}},
+		LinkMTU: 65520, ActiveMTU: verbs.MTU4096, MaxMTU: verbs.MTU4096, PortState: verbs.PortActive, Interface: tb,
+	}}, nil
+}
+
+func TestDevicesOutputs(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"devices"}, []string{
+			"    device          \t   node GUID    \tnetdev      \tstate \tmtu      \tGID[0]\n",
+			"    tb_thunderbolt0 \t026604fffe123456\tthunderbolt0*\tACTIVE\t4096/4096\t::ffff:198.18.0.1\n",
+			"    rxe0            \t(kernel device) \t",
+			"* Thunderbolt link",
+		}},
+		{[]string{"devices", "-v"}, []string{
+			"hca_id:\ttb_thunderbolt0\n", "\tnode_guid:\t\t\t0266:04ff:fe12:3456\n",
+			"\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n", "\t\t\tactive_mtu:\t\t4096 (5)\n",
+			"\t\t\tGID[  0]:\t\t::ffff:198.18.0.1, RoCE v2\n", "hca_id:\trxe0\t(kernel RDMA device",
+			"netdev:\t\t\t\tthunderbolt0 (Thunderbolt, link MTU 65520, 40 Gb/s)",
+		}},
+	} {
+		f, out, _ := testFactory()
+		o := &devicesOptions{IO: f.IO, List: fakeDevices, Kernel: func() []string { return []string{"rxe0"} }, Verbose: len(c.args) > 1}
+		if err := runDevices(o); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%v: output lacks %q:\n%s", c.args, w, out)
+			}
+		}
+	}
+}
+
+func TestDevicesJSON(t *testing.T) {
+	f, out, _ := testFactory()
+	o := &devicesOptions{IO: f.IO, List: fakeDevices, Kernel: func() []string { return []string{"rxe0"} }, JSON: true}
+	if err := runDevices(o); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d JSON rows, want 2:\n%s", len(lines), out)
+	}
+	var row deviceJSON
+	if err := json.Unmarshal([]byte(lines[0]), &row); err != nil {
+		t.Fatal(err)
+	}
+	if row.SchemaVersion != 1 || row.Name != "tb_thunderbolt0" || !row.Thunderbolt || row.ActiveMTUBytes != 4096 ||
+		row.LinkSpeedBps != 40e9 || len(row.GIDs) != 1 || row.GIDs[0].Addr != "198.18.0.1" {
+		t.Fatalf("row %+v", row)
+	}
+	if !strings.Contains(lines[1], `"kind":"kernel"`) {
+		t.Fatalf("kernel row %s", lines[1])
+	}
+}
+
+func TestDevicesLive(t *testing.T) {
+	f, out, _ := testFactory()
+	if code := run(context.Background(), f, []string{"devices", "--all"}); code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.Contains(out.String(), "tb_lo") {
+		t.Errorf("--all does not list loopback:\n%s", out)
+	}
+	if code := run(context.Background(), f, []string{"devices", "extra"}); code != ExitUsage {
+		t.Fatalf("extra argument: exit %d, want %d", code, ExitUsage)
+	}
+}
