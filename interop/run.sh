@@ -50,6 +50,19 @@ TESTS=(
 "pingpong-4096-n500-tbclient|server|ibv_rc_pingpong -d rxe0 -g \$G -n 500 -c|pingpong --bind $HOST_IP -g 1 -n 500 -c $IP_A"
 "write-bw-n300-tbclient|server|ib_write_bw $G1 -n 300 -s 65536|write-bw --bind $HOST_IP -x 1 -n 300 -s 65536 $IP_A"
 "write-bw-n300-tbserver|client|ib_write_bw $G1 -n 300 -s 65536 $HOST_IP|write-bw --bind $HOST_IP -x 1 -n 300 -s 65536"
+"send-lat-tbclient|server|ib_send_lat $G1 -n 20|send-lat --bind $HOST_IP -x 1 -n 20 $IP_A"
+"send-lat-tbserver|client|ib_send_lat $G1 -n 20 $HOST_IP|send-lat --bind $HOST_IP -x 1 -n 20"
+"send-lat-8192-m1024-tbclient|server|ib_send_lat $G1 -m 1024 -n 20 -s 8192|send-lat --bind $HOST_IP -x 1 -m 1024 -n 20 -s 8192 $IP_A"
+"send-lat-8192-m1024-tbserver|client|ib_send_lat $G1 -m 1024 -n 20 -s 8192 $HOST_IP|send-lat --bind $HOST_IP -x 1 -m 1024 -n 20 -s 8192"
+"send-bw-tbclient|server|ib_send_bw $G1 -n 20 -s 65536|send-bw --bind $HOST_IP -x 1 -n 20 -s 65536 $IP_A"
+"send-bw-tbserver|client|ib_send_bw $G1 -n 20 -s 65536 $HOST_IP|send-bw --bind $HOST_IP -x 1 -n 20 -s 65536"
+"send-bw-all-tbclient|server|ib_send_bw $G1 -a -n 5|send-bw --bind $HOST_IP -x 1 -a -n 5 $IP_A"
+"write-lat-tbclient|server|ib_write_lat $G1 -n 20 -s 32|write-lat --bind $HOST_IP -x 1 -n 20 -s 32 $IP_A"
+"write-lat-tbserver|client|ib_write_lat $G1 -n 20 -s 32 $HOST_IP|write-lat --bind $HOST_IP -x 1 -n 20 -s 32"
+"write-lat-8192-m1024-tbclient|server|ib_write_lat $G1 -m 1024 -n 20 -s 8192|write-lat --bind $HOST_IP -x 1 -m 1024 -n 20 -s 8192 $IP_A"
+"write-lat-8192-m1024-tbserver|client|ib_write_lat $G1 -m 1024 -n 20 -s 8192 $HOST_IP|write-lat --bind $HOST_IP -x 1 -m 1024 -n 20 -s 8192"
+"read-bw-tbclient|server|ib_read_bw $G1 -n 20 -s 65536|read-bw --bind $HOST_IP -x 1 -n 20 -s 65536 $IP_A"
+"read-bw-tbserver|client|ib_read_bw $G1 -n 20 -s 65536 $HOST_IP|read-bw --bind $HOST_IP -x 1 -n 20 -s 65536"
 )
 
 SEL=()

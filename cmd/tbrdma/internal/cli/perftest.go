@@ -19,10 +19,10 @@ import (
 )
 
 // perftestKind describes one perftest-compatible command (readlat.go,
-// atomiclat.go, writebw.go). The commands
-// share flags, the TCP exchange and the QP setup; they differ in the verb,
-// the defaults and the number of synchronising handshakes, which follow
-// what Debian 12's perftest 4.5 does on the wire.
+// atomiclat.go, writelat.go, sendlat.go, writebw.go, readbw.go, sendbw.go).
+// The commands share flags, the TCP exchange and the QP setup; they differ
+// in the verb, the defaults and the number of synchronising handshakes,
+// which follow what Debian 12's perftest 4.5 does on the wire.
 type perftestKind struct {
 	name, stock string
 	verb        perf.Verb
@@ -51,16 +51,21 @@ type perftestOptions struct {
 	GIDIdx     int
 	Conn       string
 	TxDepth    int
+	RxDepth    int
 	CQMod      int
 	QPTimeout  int
 	OutReads   int
 	AtomicType string
 	Events     bool
+	All        bool
 	CPUFreq    bool
 	Bind       string
 	Timeout    time.Duration
 
 	bind netip.Addr
+	// wrapConn, if set, wraps the TCP connection (tests record the
+	// exchange with it).
+	wrapConn func(net.Conn) net.Conn
 }
 
 func newCmdPerftest(f *Factory, k *perftestKind, runF func(*perftestOptions) error) *cobra.Command {
@@ -111,6 +116,12 @@ of our end of the TCP connection.`, k.stock, k.stock, perf.Version),
 		fl.IntVarP(&opts.TxDepth, "tx-depth", "t", 128, "size of the send queue")
 		fl.IntVarP(&opts.CQMod, "cq-mod", "Q", 100, "generate a completion every `n` messages (1 when size > 8192)")
 	}
+	if k.verb == perf.VerbSend {
+		fl.IntVarP(&opts.RxDepth, "rx-depth", "r", 512, "size of the receive queue")
+	}
+	if k.verb != perf.VerbAtomic {
+		fl.BoolVarP(&opts.All, "all", "a", false, fmt.Sprintf("run sizes from 2 up to 2^%d bytes (-s is ignored)", maxSizePow))
+	}
 	if k.verb == perf.VerbRead || k.verb == perf.VerbAtomic {
 		fl.IntVarP(&opts.OutReads, "outs", "o", 128, "outstanding reads/atomics (responder resources)")
 	}
@@ -147,6 +158,9 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 	if o.Iters < 5 {
 		return FlagErrorf("invalid -n %d: at least 5 iterations", o.Iters)
 	}
+	if o.All {
+		o.Size = 1 << maxSizePow // perftest's buffer size with -a
+	}
 	if o.Size < 1 || o.Size > verbs.MaxMessageSize/2 {
 		return FlagErrorf("invalid -s %d", o.Size)
 	}
@@ -171,7 +185,7 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 			return FlagErrorf("invalid -t %d", o.TxDepth)
 		}
 		o.TxDepth = min(o.TxDepth, o.Iters)
-		if !c.Flags().Changed("cq-mod") && o.Size > 8192 {
+		if !c.Flags().Changed("cq-mod") && o.Size > 8192 && !o.All {
 			o.CQMod = 1
 		}
 		if o.CQMod < 1 {
@@ -181,7 +195,30 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 	} else {
 		o.TxDepth = 1
 	}
+	if o.Kind.verb == perf.VerbSend {
+		if o.RxDepth < 1 || o.RxDepth > verbs.MaxQPWR {
+			return FlagErrorf("invalid -r %d", o.RxDepth)
+		}
+		// perftest: at most iters, and even.
+		o.RxDepth = min(o.RxDepth, o.Iters)
+		o.RxDepth += o.RxDepth % 2
+	}
 	return nil
+}
+
+// maxSizePow is the largest size of -a: perftest runs 2^1 … 2^23 bytes.
+const maxSizePow = 23
+
+// sizes returns the message sizes to run: -s, or all of -a's.
+func (o *perftestOptions) sizes() []int {
+	if !o.All {
+		return []int{o.Size}
+	}
+	var s []int
+	for i := 1; i <= maxSizePow; i++ {
+		s = append(s, 1<<i)
+	}
+	return s
 }
 
 // perftest is one side's resources.
@@ -190,11 +227,14 @@ type perftest struct {
 	dev  *verbs.Context
 	mr   *verbs.MR
 	buf  []byte
+	half int // offset of the buffer's second half (where write-lat's peer writes)
 	qp   *verbs.QP
 	w    perf.Waiter
 	my   perf.Dest
 	mtu  verbs.MTU
 	info perf.TestInfo
+	rs   recvState // SEND tests: the receive queue
+	sent int       // SEND tests: send completions seen
 }
 
 func runPerftest(ctx context.Context, o *perftestOptions) error {
@@ -237,6 +277,9 @@ func (t *perftest) run(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
+	if o.wrapConn != nil {
+		conn = o.wrapConn(conn)
+	}
 	stop := closeOnCancel(ctx, conn)
 	defer stop()
 	addr := o.bind
@@ -264,12 +307,14 @@ func (t *perftest) run(ctx context.Context) error {
 	}
 	t.mtu = verbs.MTU(m)
 	t.info = perf.TestInfo{Verb: k.verb, BW: k.bw, AtomicType: o.AtomicType, Device: "tbrdma0", Server: server,
-		TxDepth: o.TxDepth, CQMod: o.CQMod, MTU: t.mtu.Bytes(), GIDIndex: o.GIDIdx, OutReads: o.OutReads}
+		TxDepth: o.TxDepth, RxDepth: o.RxDepth, CQMod: o.CQMod, MTU: t.mtu.Bytes(), GIDIndex: o.GIDIdx, OutReads: o.OutReads}
 	perf.PrintHeader(out, &t.info)
 
-	// The key exchanges of perftest 4.5: two before the QPs connect (the
-	// second one printed as the remote address), then one (BW) or two
-	// (latency) to synchronise before the run.
+	// The key exchanges of perftest 4.5 (as testdata/rxe's captures show):
+	// two (latency) or one (bandwidth) before the QPs connect, the last
+	// printed as the remote address; then two to synchronise, except for
+	// send-lat (one), whose last one, like send-bw's, is per message size
+	// once the receives are posted (runSend). Four in all before a run.
 	rem, err := comm.HandShake(t.my)
 	if err != nil {
 		return err
@@ -288,30 +333,44 @@ func (t *perftest) run(ctx context.Context) error {
 	if err := t.connect(rem); err != nil {
 		return err
 	}
-	for range 2 {
+	syncs := 2
+	if k.verb == perf.VerbSend && !k.bw {
+		syncs = 1
+	}
+	for range syncs {
 		if _, err := comm.HandShake(t.my); err != nil {
 			return err
 		}
 	}
 
-	if server {
+	switch {
+	case k.verb == perf.VerbSend:
+		return t.runSend(ctx, comm, rem)
+	case k.verb == perf.VerbWrite && !k.bw:
+		return t.runWriteLat(ctx, rem)
+	case server:
 		return t.serve(ctx, comm)
 	}
-	switch k.verb {
-	case perf.VerbRead, perf.VerbAtomic:
+	if !k.bw { // READ and atomic latency
 		fmt.Fprintln(out, perf.LatHeader)
-		stats, err := t.runLat(ctx, rem)
-		if err != nil {
-			return err
+		for _, size := range o.sizes() {
+			stats, err := t.runLat(ctx, rem, size)
+			if err != nil {
+				return err
+			}
+			perf.PrintLat(out, stats)
 		}
-		perf.PrintLat(out, stats)
 		fmt.Fprintln(out, perf.Line)
 		return comm.Close(t.my)
-	case perf.VerbWrite:
+	}
+	{ // WRITE and READ bandwidth: the server prints the last report
 		fmt.Fprintln(out, perf.BWHeader)
-		rep, err := t.runBW(ctx, rem)
-		if err != nil {
-			return err
+		var rep perf.BWReport
+		for _, size := range o.sizes() {
+			if rep, err = t.runBW(ctx, rem, size); err != nil {
+				return err
+			}
+			perf.PrintBW(out, rep)
 		}
 		if _, err := comm.HandShake(t.my); err != nil {
 			return err
@@ -319,11 +378,9 @@ func (t *perftest) run(ctx context.Context) error {
 		if _, err := comm.ExchangeBWReport(rep); err != nil {
 			return err
 		}
-		perf.PrintBW(out, rep)
 		fmt.Fprintln(out, perf.Line)
 		return comm.Close(t.my)
 	}
-	return fmt.Errorf("%s: verb not implemented", k.name)
 }
 
 // serve is the server's part after the QPs are connected: it has nothing to
@@ -379,11 +436,16 @@ func (t *perftest) open(addr netip.Addr) error {
 	}
 	// perftest's buffer: at least a page, and twice the message for the
 	// latency tests (one half per direction).
-	t.buf = make([]byte, 2*max(o.Size, os.Getpagesize()))
+	t.half = max(o.Size, os.Getpagesize())
+	t.buf = make([]byte, 2*t.half)
+	fill := t.buf
+	if o.Kind.verb == perf.VerbWrite && !o.Kind.bw {
+		fill = t.buf[:t.half] // write-lat polls the second half: keep it zero
+	}
 	if o.Kind.verb != perf.VerbAtomic && o.Peer == "" {
 		// A pattern, so that READ responses and captures show real data.
-		for i := range t.buf {
-			t.buf[i] = byte(i%251 + 1)
+		for i := range fill {
+			fill[i] = byte(i%251 + 1)
 		}
 	}
 	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
@@ -394,7 +456,7 @@ func (t *perftest) open(addr netip.Addr) error {
 	if err != nil {
 		return err
 	}
-	cq, err := dev.CreateCQ(o.TxDepth+1, ch)
+	cq, err := dev.CreateCQ(o.TxDepth+o.RxDepth+1, ch)
 	if err != nil {
 		return fmt.Errorf("couldn't create CQ: %w", err)
 	}
@@ -403,7 +465,7 @@ func (t *perftest) open(addr netip.Addr) error {
 		t.w.Spin = 0
 	}
 	t.qp, err = pd.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
-		Cap: verbs.QPCap{MaxSendWR: o.TxDepth, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		Cap: verbs.QPCap{MaxSendWR: o.TxDepth, MaxRecvWR: max(o.RxDepth, 1), MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return fmt.Errorf("couldn't create QP: %w", err)
 	}
@@ -416,8 +478,12 @@ func (t *perftest) open(addr netip.Addr) error {
 	if o.Kind.verb == perf.VerbRead || o.Kind.verb == perf.VerbAtomic {
 		outs = o.OutReads
 	}
+	vaddr := t.mr.Addr()
+	if o.Kind.verb == perf.VerbWrite && !o.Kind.bw {
+		vaddr += uint64(t.half) // as perftest: the peer writes into our second half
+	}
 	t.my = perf.Dest{OutReads: uint16(outs), QPN: uint32(t.qp.QPN()), PSN: rand.Uint32() & 0xFFFFFF,
-		RKey: uint32(t.mr.RKey()), VAddr: t.mr.Addr(), GID: dev.GID()}
+		RKey: uint32(t.mr.RKey()), VAddr: vaddr, GID: dev.GID()}
 	return nil
 }
 
@@ -457,10 +523,10 @@ func (t *perftest) connect(rem perf.Dest) error {
 // fetched must count up by one; CMP_AND_SWAP swaps in the value one above
 // the one it expects, so every swap after the first must succeed. (perftest
 // itself adds 1 and swaps 0 for 0 without checking anything.)
-func (t *perftest) runLat(ctx context.Context, rem perf.Dest) (perf.LatStats, error) {
+func (t *perftest) runLat(ctx context.Context, rem perf.Dest, size int) (perf.LatStats, error) {
 	o := t.o
 	posted := make([]time.Time, o.Iters)
-	wr := verbs.SendWR{WRID: 1, Flags: verbs.SendSignaled, SGList: []verbs.SGE{t.mr.SGE(0, o.Size)},
+	wr := verbs.SendWR{WRID: 1, Flags: verbs.SendSignaled, SGList: []verbs.SGE{t.mr.SGE(0, size)},
 		RemoteAddr: rem.VAddr, RKey: verbs.RKey(rem.RKey)}
 	cas := o.AtomicType == "CMP_AND_SWAP"
 	switch {
@@ -516,22 +582,33 @@ func (t *perftest) runLat(ctx context.Context, rem perf.Dest) (perf.LatStats, er
 		fmt.Fprintf(o.IO.ErrOut, "tbrdma: %d %s results checked: the remote value went from %d to %d as expected\n",
 			o.Iters, o.AtomicType, first, cur)
 	}
-	s, _ := perf.Latency(o.Size, posted, 1)
+	s, _ := perf.Latency(size, posted, 1)
 	return s, nil
 }
 
-// runBW is perftest's run_iter_bw for WRITE: keep up to tx-depth WRITEs in
-// flight, a completion every cq-mod of them.
-func (t *perftest) runBW(ctx context.Context, rem perf.Dest) (perf.BWReport, error) {
+// runBW is perftest's run_iter_bw for WRITE, READ and SEND: keep up to
+// tx-depth requests in flight, a completion every cq-mod of them. A
+// request completes once the responder has acknowledged it (or, for READ,
+// sent its data), so the figures count only what the peer confirmed.
+func (t *perftest) runBW(ctx context.Context, rem perf.Dest, size int) (perf.BWReport, error) {
 	o := t.o
 	n := o.Iters
+	op := verbs.WRRDMAWrite
+	switch o.Kind.verb {
+	case perf.VerbRead:
+		op = verbs.WRRDMARead
+	case perf.VerbSend:
+		op = verbs.WRSend
+	}
 	posted := make([]time.Time, n)
 	completed := make([]time.Time, n)
 	scnt, ccnt := 0, 0
 	for ccnt < n {
 		for scnt < n && scnt-ccnt < o.TxDepth {
-			wr := verbs.SendWR{WRID: uint64(scnt), Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{t.mr.SGE(0, o.Size)},
-				RemoteAddr: rem.VAddr, RKey: verbs.RKey(rem.RKey)}
+			wr := verbs.SendWR{WRID: uint64(scnt), Opcode: op, SGList: []verbs.SGE{t.mr.SGE(0, size)}}
+			if op != verbs.WRSend {
+				wr.RemoteAddr, wr.RKey = rem.VAddr, verbs.RKey(rem.RKey)
+			}
 			if (scnt+1)%o.CQMod == 0 || scnt == n-1 {
 				wr.Flags = verbs.SendSignaled
 			}
@@ -551,7 +628,7 @@ func (t *perftest) runBW(ctx context.Context, rem perf.Dest) (perf.BWReport, err
 			if wc.Status != verbs.WCSuccess {
 				fmt.Fprintf(o.IO.ErrOut, " Completion with error at client\n Failed status %d: wr_id %d syndrom 0x%x\n scnt=%d, ccnt=%d\n",
 					wc.Status, wc.WRID, wc.VendorErr, scnt, ccnt)
-				fmt.Fprintf(o.IO.ErrOut, "tbrdma: RDMA_WRITE failed: %v\n", wc.Status)
+				fmt.Fprintf(o.IO.ErrOut, "tbrdma: %v failed: %v\n", op, wc.Status)
 				return perf.BWReport{}, errSilent
 			}
 			for ; ccnt <= int(wc.WRID); ccnt++ {
@@ -559,7 +636,7 @@ func (t *perftest) runBW(ctx context.Context, rem perf.Dest) (perf.BWReport, err
 			}
 		}
 	}
-	return perf.Bandwidth(o.Size, posted, completed, o.CQMod), nil
+	return perf.Bandwidth(size, posted, completed, o.CQMod), nil
 }
 
 func (t *perftest) close() {

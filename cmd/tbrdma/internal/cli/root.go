@@ -31,7 +31,13 @@ var commands = []func(*Factory) *cobra.Command{
 	func(f *Factory) *cobra.Command { return newCmdReadLat(f, nil) },
 	func(f *Factory) *cobra.Command { return newCmdAtomicLat(f, nil) },
 	func(f *Factory) *cobra.Command { return newCmdWriteBW(f, nil) },
+	func(f *Factory) *cobra.Command { return newCmdReadBW(f, nil) },
+	func(f *Factory) *cobra.Command { return newCmdSendBW(f, nil) },
+	func(f *Factory) *cobra.Command { return newCmdWriteLat(f, nil) },
+	func(f *Factory) *cobra.Command { return newCmdSendLat(f, nil) },
 	func(f *Factory) *cobra.Command { return newCmdDemo(f, nil) },
+	func(f *Factory) *cobra.Command { return newCmdServe(f, nil) },
+	func(f *Factory) *cobra.Command { return newCmdPing(f, nil) },
 	func(f *Factory) *cobra.Command { return newCmdDevices(f, nil) },
 }
 

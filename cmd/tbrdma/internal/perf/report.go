@@ -30,6 +30,7 @@ type TestInfo struct {
 	Device     string
 	Server     bool
 	TxDepth    int
+	RxDepth    int // printed by a SEND test's server
 	CQMod      int
 	MTU        int // bytes
 	GIDIndex   int
@@ -67,6 +68,9 @@ func PrintHeader(w io.Writer, t *TestInfo) {
 	fmt.Fprintf(w, " ibv_wr* API     : OFF\n")
 	if !t.Server {
 		fmt.Fprintf(w, " TX depth        : %d\n", t.TxDepth)
+	}
+	if t.Server && t.Verb == VerbSend {
+		fmt.Fprintf(w, " RX depth        : %d\n", t.RxDepth)
 	}
 	if t.BW {
 		fmt.Fprintf(w, " CQ Moderation   : %d\n", t.CQMod)

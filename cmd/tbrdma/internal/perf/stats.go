@@ -93,3 +93,16 @@ func Bandwidth(size int, posted, completed []time.Time, cqMod int) BWReport {
 	}
 	return r
 }
+
+// ReceiveBandwidth is the report of a SEND bandwidth test's receiver
+// (run_iter_bw_server): iters messages of size bytes between the first
+// receive completion seen (first) and the last (last). There is no peak
+// (perftest prints 0.00 for it on the receiving side).
+func ReceiveBandwidth(size, iters int, first, last time.Time) BWReport {
+	r := BWReport{Size: uint64(size), Iters: uint64(iters)}
+	if total := last.Sub(first).Seconds(); total > 0 {
+		r.Average = float64(size) * float64(iters) / total / MiB
+		r.MsgRate = float64(iters) / total / 1e6
+	}
+	return r
+}

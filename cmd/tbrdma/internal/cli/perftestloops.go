@@ -1,0 +1,261 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/perf"
+	"github.com/tbrdma/tbrdma/verbs"
+)
+
+// This file holds the loops of the tests where both sides work on the data
+// path: send-lat and send-bw (SEND/RECV), write-lat (a ping-pong of RDMA
+// WRITEs). perftest.go sets them up and calls runSend or runWriteLat.
+
+// recvState is a SEND test's receive queue for one message size: iters
+// receives in all, at most rx-depth posted at a time (ctx_set_recv_wqes and
+// the re-posting of run_iter_lat_send / run_iter_bw_server).
+type recvState struct {
+	size          int
+	posted, done  int
+	total         int
+	first, latest time.Time // first and latest receive completion seen
+}
+
+// postRecvs starts a size's receives: min(rx-depth, iters) of them.
+func (t *perftest) postRecvs(size int) error {
+	t.rs = recvState{size: size, total: t.o.Iters}
+	for range min(t.o.RxDepth, t.o.Iters) {
+		if err := t.postRecv(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *perftest) postRecv() error {
+	// Every receive lands in the second half of the buffer; the first half
+	// is what this side sends.
+	wr := verbs.RecvWR{WRID: uint64(t.rs.posted), SGList: []verbs.SGE{t.mr.SGE(t.half, t.rs.size)}}
+	if _, err := t.qp.PostRecv(wr); err != nil {
+		return fmt.Errorf("couldn't post receive: %d of %d: %w", t.rs.posted+1, t.rs.total, err)
+	}
+	t.rs.posted++
+	return nil
+}
+
+// pollSend waits for completions until done reports true, counting send
+// completions in t.sent and receives in t.rs (re-posting receives while
+// fewer than iters were posted). A failed completion ends the test.
+func (t *perftest) pollSend(ctx context.Context, done func() bool) error {
+	o := t.o
+	for !done() {
+		wcs, err := t.w.Wait(ctx)
+		if err != nil {
+			return err
+		}
+		now := o.Now()
+		for i := range wcs {
+			wc := &wcs[i]
+			if wc.Status != verbs.WCSuccess {
+				fmt.Fprintf(o.IO.ErrOut, " Completion with error at %s\n Failed status %d: wr_id %d syndrom 0x%x\n scnt=%d, rcnt=%d\n",
+					o.side(), wc.Status, wc.WRID, wc.VendorErr, t.sent, t.rs.done)
+				fmt.Fprintf(o.IO.ErrOut, "tbrdma: %v failed: %v\n", wc.Opcode, wc.Status)
+				return errSilent
+			}
+			if wc.Opcode != verbs.WCRecv {
+				t.sent++
+				continue
+			}
+			if int(wc.ByteLen) != t.rs.size {
+				fmt.Fprintf(o.IO.ErrOut, "tbrdma: received a %d-byte message, want %d\n", wc.ByteLen, t.rs.size)
+				return errSilent
+			}
+			if t.rs.done == 0 {
+				t.rs.first = now
+			}
+			t.rs.done++
+			t.rs.latest = now
+			if t.rs.posted < t.rs.total {
+				if err := t.postRecv(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// runSend runs send-lat or send-bw for every size: post the receives (the
+// side that receives), synchronise, run, print; send-bw with -a
+// synchronises after each size too (send_bw.c). Both sides print their own
+// figures; nothing is exchanged but the closing handshake.
+func (t *perftest) runSend(ctx context.Context, comm *perf.Comm, rem perf.Dest) error {
+	o := t.o
+	out := o.IO.Out
+	server := o.Peer == ""
+	bw := o.Kind.bw
+	if bw {
+		fmt.Fprintln(out, perf.BWHeader)
+	} else {
+		fmt.Fprintln(out, perf.LatHeader)
+	}
+	for _, size := range o.sizes() {
+		if !bw || server {
+			if err := t.postRecvs(size); err != nil {
+				return err
+			}
+		}
+		if _, err := comm.HandShake(t.my); err != nil {
+			return err
+		}
+		switch {
+		case bw && server:
+			if err := t.pollSend(ctx, func() bool { return t.rs.done == o.Iters }); err != nil {
+				return err
+			}
+			perf.PrintBW(out, perf.ReceiveBandwidth(size, o.Iters, t.rs.first, t.rs.latest))
+		case bw:
+			rep, err := t.runBW(ctx, rem, size)
+			if err != nil {
+				return err
+			}
+			perf.PrintBW(out, rep)
+		default:
+			s, err := t.runSendLat(ctx, size)
+			if err != nil {
+				return err
+			}
+			perf.PrintLat(out, s)
+		}
+		if bw && o.All {
+			if _, err := comm.HandShake(t.my); err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Fprintln(out, perf.Line)
+	return comm.Close(t.my)
+}
+
+// runSendLat is perftest's run_iter_lat_send: the client sends first; then
+// each side waits for the peer's message before sending its next one. The
+// post times make the statistics (half the round trip).
+func (t *perftest) runSendLat(ctx context.Context, size int) (perf.LatStats, error) {
+	o := t.o
+	n := o.Iters
+	client := o.Peer != ""
+	posted := make([]time.Time, n)
+	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{t.mr.SGE(0, size)}}
+	t.sent = 0
+	for scnt, rcnt := 0, 0; scnt < n || rcnt < n; {
+		if rcnt < n && !(scnt == 0 && client) {
+			rcnt++
+			if err := t.pollSend(ctx, func() bool { return t.rs.done >= rcnt }); err != nil {
+				return perf.LatStats{}, err
+			}
+		}
+		if scnt < n {
+			// One SEND in flight (tx depth 1): the previous one's ACK has
+			// nearly always arrived before the peer's answer.
+			if err := t.pollSend(ctx, func() bool { return t.sent == scnt }); err != nil {
+				return perf.LatStats{}, err
+			}
+			posted[scnt] = o.Now()
+			if _, err := t.qp.PostSend(wr); err != nil {
+				return perf.LatStats{}, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
+			}
+			scnt++
+		}
+	}
+	if err := t.pollSend(ctx, func() bool { return t.sent == n }); err != nil {
+		return perf.LatStats{}, err
+	}
+	s, _ := perf.Latency(size, posted, 2)
+	return s, nil
+}
+
+// runWriteLat runs write-lat for every size and prints the table. perftest
+// 4.5 exchanges nothing after the run: no report, no closing handshake.
+func (t *perftest) runWriteLat(ctx context.Context, rem perf.Dest) error {
+	out := t.o.IO.Out
+	fmt.Fprintln(out, perf.LatHeader)
+	for _, size := range t.o.sizes() {
+		s, err := t.writeLat(ctx, rem, size)
+		if err != nil {
+			return err
+		}
+		perf.PrintLat(out, s)
+	}
+	fmt.Fprintln(out, perf.Line)
+	// Nothing tells us the peer has its last ACK: leave the engine a moment
+	// to send it before the device closes.
+	time.Sleep(50 * time.Millisecond)
+	return nil
+}
+
+// writeLat is perftest's run_iter_lat_write: each side WRITEs size bytes
+// into the peer's second half, the last byte holding its iteration count
+// (mod 256), and spins on the last byte of its own second half for the
+// peer's count before writing again. The server writes first.
+func (t *perftest) writeLat(ctx context.Context, rem perf.Dest, size int) (perf.LatStats, error) {
+	o := t.o
+	n := o.Iters
+	server := o.Peer == ""
+	posted := make([]time.Time, n)
+	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: []verbs.SGE{t.mr.SGE(0, size)},
+		RemoteAddr: rem.VAddr, RKey: verbs.RKey(rem.RKey)}
+	poll := t.half + size - 1
+	for scnt, rcnt := 0, 0; scnt < n || rcnt < n; {
+		if rcnt < n && !(scnt == 0 && server) {
+			rcnt++
+			if err := t.waitByte(ctx, poll, byte(rcnt)); err != nil {
+				return perf.LatStats{}, err
+			}
+		}
+		if scnt < n {
+			posted[scnt] = o.Now()
+			scnt++
+			t.buf[size-1] = byte(scnt) // the previous WRITE has completed
+			if _, err := t.qp.PostSend(wr); err != nil {
+				return perf.LatStats{}, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
+			}
+			wcs, err := t.w.Wait(ctx)
+			if err != nil {
+				return perf.LatStats{}, err
+			}
+			if wc := &wcs[0]; wc.Status != verbs.WCSuccess {
+				fmt.Fprintf(o.IO.ErrOut, " Completion with error at %s\n Failed status %d: wr_id %d syndrom 0x%x\n scnt=%d, rcnt=%d\n",
+					o.side(), wc.Status, wc.WRID, wc.VendorErr, scnt, rcnt)
+				fmt.Fprintf(o.IO.ErrOut, "tbrdma: RDMA_WRITE failed: %v\n", wc.Status)
+				return perf.LatStats{}, errSilent
+			}
+		}
+	}
+	s, _ := perf.Latency(size, posted, 2)
+	return s, nil
+}
+
+// waitByte spins until t.buf[i] == v, as perftest polls its buffer. The
+// byte is written by the engine's receive goroutine (the peer's RDMA
+// WRITE): there is no completion to wait on. The function call in the loop
+// makes every test a fresh load.
+func (t *perftest) waitByte(ctx context.Context, i int, v byte) error {
+	for spins := 1; t.buf[i] != v; spins++ {
+		if spins&1023 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		runtime.Gosched()
+	}
+	return nil
+}
+
+// side is "server" or "client", for perftest's error messages.
+func (o *perftestOptions) side() string {
+	if o.Peer == "" {
+		return "server"
+	}
+	return "client"
+}

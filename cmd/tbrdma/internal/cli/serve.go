@@ -1,0 +1,205 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/rping"
+	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
+	"github.com/tbrdma/tbrdma/verbs"
+)
+
+type serveOptions struct {
+	IO         *ui.IO
+	Now        func() time.Time
+	OpenDevice func(netip.Addr) (*verbs.Context, error)
+	// Addrs lists the local addresses to serve on without --bind.
+	Addrs func() ([]netip.Addr, error)
+	// Ready, if set, is called once every listener is up (tests).
+	Ready func([]netip.AddrPort)
+
+	Bind     string
+	Port     int
+	Verbose  bool
+	MaxConns int
+
+	bind netip.Addr
+}
+
+func newCmdServe(f *Factory, runF func(*serveOptions) error) *cobra.Command {
+	opts := &serveOptions{IO: f.IO, Now: f.Now, Addrs: interfaceAddrs}
+	cmd := &cobra.Command{
+		Use:   "serve [flags]",
+		Short: "Answer rping clients (tbrdma ping, rping -c) on rdma_cm port 7174",
+		Long: `Listen on rdma_cm port 7174 (RDMA_PS_TCP) and answer rping's protocol for
+every client that connects, "tbrdma ping" or the stock "rping -c", each
+connection in its own goroutine, as "rping -s -P" does. One line per
+connection accepted and closed goes to stderr; -v prints rping's "server ping
+data: ..." lines on stdout.
+
+Without --bind tbrdma serves on every up, non-loopback IPv4 address of this
+machine (each is a device with UDP 4791; addresses whose UDP 4791 is taken,
+by rdma_rxe for one, are skipped with a warning).
+
+SIGINT or SIGTERM is the normal way to stop it: it disconnects its peers
+(each gets a DISCONNECTED event), waits up to two seconds for their answer
+and exits 0.`,
+		Example: `  tbrdma serve --bind 198.18.0.1
+  rping -c -a 198.18.0.1 -C 10 -v           # on the peer, or:
+  tbrdma ping -c 10 198.18.0.1`,
+		Args: maxArgs(0),
+		RunE: func(c *cobra.Command, _ []string) error {
+			opts.OpenDevice = f.OpenDevice
+			var err error
+			if opts.bind, err = parseBind(opts.Bind, ""); err != nil {
+				return err
+			}
+			if opts.Port < 0 || opts.Port > 65535 {
+				return FlagErrorf("invalid -p %d: want 1..65535 (0: any free port)", opts.Port)
+			}
+			if opts.MaxConns < 1 {
+				return FlagErrorf("invalid --max-conns %d: want 1 or more", opts.MaxConns)
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return runServe(c.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` to serve on (default: every up, non-loopback IPv4 address)")
+	fl.IntVarP(&opts.Port, "port", "p", rping.DefaultPort, "rdma_cm `port` to listen on")
+	fl.BoolVarP(&opts.Verbose, "verbose", "v", false, `print rping's "server ping data" lines`)
+	fl.IntVar(&opts.MaxConns, "max-conns", 64, "connections served at once per address; more are rejected")
+	return cmd
+}
+
+// interfaceAddrs returns the IPv4 addresses of the up, non-loopback
+// interfaces.
+func interfaceAddrs() ([]netip.Addr, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() && !p.Addr().IsLoopback() {
+				out = append(out, p.Addr())
+			}
+		}
+	}
+	return out, nil
+}
+
+// syncWriter serialises the writes of the connections' goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
+func runServe(ctx context.Context, o *serveOptions) error {
+	out := &syncWriter{w: o.IO.Out}
+	log := &syncWriter{w: o.IO.ErrOut}
+	addrs := []netip.Addr{o.bind}
+	if !o.bind.IsValid() {
+		var err error
+		if addrs, err = o.Addrs(); err != nil {
+			return fmt.Errorf("serve: list local addresses: %w", err)
+		}
+	}
+	var devs []*verbs.Context
+	defer func() {
+		for _, d := range devs {
+			d.Close()
+		}
+	}()
+	for _, a := range addrs {
+		d, err := o.OpenDevice(a)
+		if err != nil {
+			if o.bind.IsValid() {
+				return err
+			}
+			fmt.Fprintf(log, "tbrdma serve: skipping %v: %v\n", a, err)
+			continue
+		}
+		devs = append(devs, d)
+	}
+	if len(devs) == 0 {
+		return fmt.Errorf("serve: no local address to serve on: give one with --bind")
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	so := rping.ServerOptions{
+		MaxConns: o.MaxConns,
+		Accepted: func(p netip.AddrPort) {
+			fmt.Fprintf(log, "tbrdma serve: %v port %d connected\n", p.Addr(), p.Port())
+		},
+		Closed: func(p netip.AddrPort, pings int, err error) {
+			why := "peer disconnected"
+			switch {
+			case errors.Is(err, rping.ErrShutdown):
+				why = "disconnected by us (shutting down)"
+			case err != nil:
+				why = err.Error()
+			}
+			fmt.Fprintf(log, "tbrdma serve: %v port %d closed after %d pings: %s\n", p.Addr(), p.Port(), pings, why)
+		},
+	}
+	if o.Verbose {
+		so.Verbose = out
+	}
+	var mu sync.Mutex
+	var bound []netip.AddrPort
+	var ready, done sync.WaitGroup
+	errs := make([]error, len(devs))
+	for i, d := range devs {
+		ready.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			s := so
+			once := sync.OnceFunc(ready.Done)
+			defer once()
+			s.Ready = func(a netip.AddrPort) {
+				mu.Lock()
+				bound = append(bound, a)
+				mu.Unlock()
+				fmt.Fprintf(log, "tbrdma serve: listening on %v port %d (rdma_cm, RDMA_PS_TCP)\n", a.Addr(), a.Port())
+				once()
+			}
+			if errs[i] = rping.Serve(ctx, d, netip.AddrPortFrom(d.LocalAddr().Addr(), uint16(o.Port)), s); errs[i] != nil {
+				errs[i] = fmt.Errorf("serve on %v port %d: %w", d.LocalAddr().Addr(), o.Port, errs[i])
+				cancel() // one listener failing stops them all
+			}
+		}()
+	}
+	ready.Wait()
+	if o.Ready != nil && len(bound) == len(devs) {
+		o.Ready(bound)
+	}
+	done.Wait()
+	return errors.Join(errs...)
+}
