@@ -37,6 +37,11 @@ type Options struct {
 	Conn transport.Conn
 	// Addr is the local address for the default UDP endpoint.
 	Addr netip.Addr
+	// Interface, when set, binds the default UDP endpoint to that network
+	// interface, so that only packets arriving on it are processed (a
+	// packet for Addr that comes in on another interface is not seen).
+	// Device.Open sets it to the device's netdev.
+	Interface string
 	// ActiveMTU is the port's active IB MTU; it defaults to 4096.
 	ActiveMTU MTU
 	// Logger receives debug and error messages; nil means silent.
@@ -116,7 +121,7 @@ func NewContext(opts *Options) (*Context, error) {
 		if !opts.Addr.IsValid() {
 			return nil, errors.New("verbs: no transport: set Options.Conn or Options.Addr to an interface address")
 		}
-		c, err := transport.Open(netip.AddrPortFrom(opts.Addr, wire.UDPPort), nil)
+		c, err := transport.Open(netip.AddrPortFrom(opts.Addr, wire.UDPPort), &transport.Options{Interface: opts.Interface})
 		if err != nil {
 			return nil, err
 		}

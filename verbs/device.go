@@ -212,7 +212,10 @@ func isZero(b []byte) bool {
 // opts.Addr, which must then be one of the device's addresses. The
 // context's active MTU is the device's unless opts.ActiveMTU is set. Other
 // options are as for [NewContext]; with opts.Conn set, that Conn is used
-// and the device supplies the MTU and identity only.
+// and the device supplies the MTU and identity only. The endpoint is bound
+// to the device's interface (SO_BINDTODEVICE on Linux, IP_BOUND_IF on
+// macOS): packets for its address that arrive on any other interface are
+// not processed.
 func (d *Device) Open(opts *Options) (*Context, error) {
 	var o Options
 	if opts != nil {
@@ -232,6 +235,10 @@ func (d *Device) Open(opts *Options) (*Context, error) {
 	}
 	if o.ActiveMTU == 0 {
 		o.ActiveMTU = d.ActiveMTU
+	}
+	if o.Interface == "" && !d.Interface.Loopback {
+		// Only packets that arrive on the device's own link reach it.
+		o.Interface = d.Netdev
 	}
 	c, err := NewContext(&o)
 	if err != nil {
