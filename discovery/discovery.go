@@ -34,7 +34,7 @@ var (
 	// Thunderbolt interface is up; its text says what to do.
 	ErrNoInterface = errors.New("no Thunderbolt network interface is up: connect a Thunderbolt cable and bring the link up " +
 		"(Linux: ip link set thunderbolt0 up, with an IPv4 or IPv6 address; macOS: the Thunderbolt Bridge service), " +
-		"or name an interface (--iface, Options.Interfaces), or list the peer statically (--peer name=addr)")
+		"or name an interface with --iface, or list the peer with --static name=addr")
 	// ErrNoAddress is returned when a chosen interface has no usable IP
 	// address.
 	ErrNoAddress = errors.New("interface has no IP address")
@@ -95,6 +95,13 @@ func (p Peer) Caps() []string {
 	return strings.Split(p.TXT["caps"], ",")
 }
 
+// CMPort returns the rdma_cm port the peer's ping service listens on (TXT
+// "cm"), 0 when it advertised none.
+func (p Peer) CMPort() uint16 {
+	n, _ := strconv.ParseUint(p.TXT["cm"], 10, 16)
+	return uint16(n)
+}
+
 // OOBPort returns the port of the peer's perftest-compatible out-of-band
 // listener (TXT "oob"), 0 when it serves none.
 func (p Peer) OOBPort() uint16 {
@@ -122,7 +129,7 @@ func (p Peer) equal(q Peer) bool {
 
 // Service describes what an Advertiser publishes. The TXT record is built
 // from the fields in this order: txtvers=1, gid, guid, mtu, dev, caps,
-// ver, oob; zero fields are left out.
+// ver, oob, cm; zero fields are left out.
 type Service struct {
 	// Name is the instance name; default: the host name. At most 63
 	// bytes; any characters.
@@ -144,6 +151,9 @@ type Service struct {
 	// OOBPort is the port of the perftest-compatible out-of-band listener
 	// when one is serving, else 0.
 	OOBPort uint16
+	// CMPort is the rdma_cm port of the rping-compatible ping service
+	// (tbrdma serve; rping's default is 7174) when one is serving, else 0.
+	CMPort uint16
 }
 
 // txt returns the service's TXT pairs in advertising order.
@@ -166,6 +176,9 @@ func (s Service) txt() []txtPair {
 	add("ver", s.Version)
 	if s.OOBPort != 0 {
 		add("oob", strconv.Itoa(int(s.OOBPort)))
+	}
+	if s.CMPort != 0 {
+		add("cm", strconv.Itoa(int(s.CMPort)))
 	}
 	return p
 }

@@ -6,7 +6,7 @@
 // Each endpoint is published as an instance of the service type
 // [ServiceType] ("_tbrdma._udp") in "local.": a PTR, an SRV whose port is
 // the RoCEv2 UDP port, a TXT record (txtvers=1 first, then gid, guid,
-// mtu, dev, caps, ver, oob; see [Service]) and A/AAAA records for a host
+// mtu, dev, caps, ver, oob, cm; see [Service]) and A/AAAA records for a host
 // name of its own, "<host>-tbrdma.local", that never collides with the
 // name the system responder publishes. Records carry the TTLs of RFC 6762
 // §10 ([HostTTL] for A, AAAA, SRV; [OtherTTL] for PTR, TXT) and the
