@@ -32,8 +32,18 @@ func NewFactory() *Factory {
 	return f
 }
 
+// openDevice opens the soft device whose interface has addr, bound to that
+// interface so that only packets arriving on it are processed, with the
+// device's active MTU. An address no listed device has (or a failure to
+// list) falls back to a context on the address alone.
 func openDevice(addr netip.Addr, log *slog.Logger) (*verbs.Context, error) {
-	ctx, err := verbs.NewContext(&verbs.Options{Addr: addr, ActiveMTU: verbs.MTU4096, Logger: log})
+	var ctx *verbs.Context
+	var err error
+	if dev := deviceWithAddr(addr); dev != nil {
+		ctx, err = dev.Open(&verbs.Options{Addr: addr, Logger: log})
+	} else {
+		ctx, err = verbs.NewContext(&verbs.Options{Addr: addr, ActiveMTU: verbs.MTU4096, Logger: log})
+	}
 	if errors.Is(err, syscall.EADDRINUSE) {
 		return nil, fmt.Errorf("open device on %v: UDP port 4791 at %v is in use (by rdma_rxe or another tbrdma): pick another local address with --bind", addr, addr)
 	}
@@ -44,4 +54,20 @@ func openDevice(addr netip.Addr, log *slog.Logger) (*verbs.Context, error) {
 		return nil, fmt.Errorf("open device on %v: %w", addr, err)
 	}
 	return ctx, nil
+}
+
+func deviceWithAddr(addr netip.Addr) *verbs.Device {
+	devs, err := verbs.Devices(&verbs.DeviceListOptions{All: true})
+	if err != nil {
+		return nil
+	}
+	addr = addr.Unmap().WithZone("")
+	for _, d := range devs {
+		for _, g := range d.GIDs {
+			if g.Addr.WithZone("") == addr {
+				return d
+			}
+		}
+	}
+	return nil
 }

@@ -39,6 +39,10 @@ var commands = []func(*Factory) *cobra.Command{
 	func(f *Factory) *cobra.Command { return newCmdServe(f, nil) },
 	func(f *Factory) *cobra.Command { return newCmdPing(f, nil) },
 	func(f *Factory) *cobra.Command { return newCmdDevices(f, nil) },
+	func(f *Factory) *cobra.Command { return newCmdCat(f, nil) },
+	func(f *Factory) *cobra.Command { return newCmdPeers(f, nil) },
+	func(f *Factory) *cobra.Command { return newCmdVersion(f, nil) },
+	func(f *Factory) *cobra.Command { return newCmdCompletion(f, nil) },
 }
 
 // Main runs tbrdma with the process's arguments and returns its exit code.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/rping"
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
+	"github.com/tbrdma/tbrdma/discovery"
 	"github.com/tbrdma/tbrdma/verbs"
 )
 
@@ -25,17 +27,26 @@ type serveOptions struct {
 	Addrs func() ([]netip.Addr, error)
 	// Ready, if set, is called once every listener is up (tests).
 	Ready func([]netip.AddrPort)
+	// Advertise publishes a served device on mDNS (discovery.Advertise);
+	// Devices (verbs.Devices) names the served devices' interfaces.
+	Advertise func(context.Context, discovery.Service, *discovery.Options) (advertiser, error)
+	Devices   func(*verbs.DeviceListOptions) ([]*verbs.Device, error)
+	Logger    *slog.Logger
 
 	Bind     string
 	Port     int
 	Verbose  bool
 	MaxConns int
+	// NoAdvertise turns mDNS off; Ifaces names the interfaces to
+	// advertise on (default: the Thunderbolt ones).
+	NoAdvertise bool
+	Ifaces      []string
 
 	bind netip.Addr
 }
 
 func newCmdServe(f *Factory, runF func(*serveOptions) error) *cobra.Command {
-	opts := &serveOptions{IO: f.IO, Now: f.Now, Addrs: interfaceAddrs}
+	opts := &serveOptions{IO: f.IO, Now: f.Now, Addrs: interfaceAddrs, Advertise: advertiseMDNS, Devices: verbs.Devices}
 	cmd := &cobra.Command{
 		Use:   "serve [flags]",
 		Short: "Answer rping clients (tbrdma ping, rping -c) on rdma_cm port 7174",
@@ -57,7 +68,7 @@ and exits 0.`,
   tbrdma ping -c 10 198.18.0.1`,
 		Args: maxArgs(0),
 		RunE: func(c *cobra.Command, _ []string) error {
-			opts.OpenDevice = f.OpenDevice
+			opts.OpenDevice, opts.Logger = f.OpenDevice, f.Logger
 			var err error
 			if opts.bind, err = parseBind(opts.Bind, ""); err != nil {
 				return err
@@ -79,6 +90,8 @@ and exits 0.`,
 	fl.IntVarP(&opts.Port, "port", "p", rping.DefaultPort, "rdma_cm `port` to listen on")
 	fl.BoolVarP(&opts.Verbose, "verbose", "v", false, `print rping's "server ping data" lines`)
 	fl.IntVar(&opts.MaxConns, "max-conns", 64, "connections served at once per address; more are rejected")
+	fl.BoolVar(&opts.NoAdvertise, "no-advertise", false, "do not advertise this machine on mDNS (_tbrdma._udp)")
+	fl.StringSliceVar(&opts.Ifaces, "iface", nil, "advertise on the interface `name` (repeatable; default: the Thunderbolt interfaces served)")
 	return cmd
 }
 
@@ -197,6 +210,9 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		}()
 	}
 	ready.Wait()
+	if !o.NoAdvertise && ctx.Err() == nil {
+		defer o.advertise(ctx, devs, log)()
+	}
 	if o.Ready != nil && len(bound) == len(devs) {
 		o.Ready(bound)
 	}
