@@ -79,16 +79,17 @@ func runDemo(ctx context.Context, o *demoOptions) error {
 		{"atomic fetch-and-add latency (ib_atomic_lat)", "atomic-lat", []string{"-n", n(1000, 100)}},
 	}
 	out := o.IO.Out
+	styled, sty := o.IO.StyledOut(), o.IO.Styles() // plain text when not a terminal
 	fmt.Fprintf(out, "tbrdma demo: two RDMA devices on this machine, %s and %s, each on UDP port 4791,\n", o.AddrA, o.AddrB)
 	fmt.Fprintf(out, "talking RoCEv2 over loopback; every packet carries a real BTH and ICRC.\n")
 	for i, s := range steps {
-		fmt.Fprintf(out, "\n== %d/%d %s\n$ tbrdma %s --bind %s %s   (server)\n$ tbrdma %s --bind %s %s %s   (client)\n",
-			i+1, len(steps), s.title, s.command, o.AddrA, join(s.args), s.command, o.AddrB, join(s.args), o.AddrA)
+		fmt.Fprintf(styled, "\n%s\n$ tbrdma %s --bind %s %s   (server)\n$ tbrdma %s --bind %s %s %s   (client)\n",
+			sty.Header.Render(fmt.Sprintf("== %d/%d %s", i+1, len(steps), s.title)), s.command, o.AddrA, join(s.args), s.command, o.AddrB, join(s.args), o.AddrA)
 		if err := o.runStep(ctx, s); err != nil {
 			return fmt.Errorf("demo step %q: %w", s.command, err)
 		}
 	}
-	fmt.Fprintf(out, "\nAll %d steps passed. On two machines joined by a Thunderbolt cable, run the server\n", len(steps))
+	fmt.Fprintf(styled, "\n%s On two machines joined by a Thunderbolt cable, run the server\n", sty.OK.Render(fmt.Sprintf("All %d steps passed.", len(steps))))
 	fmt.Fprintf(out, "command on one and the client command, with the other's address, on the other;\n")
 	fmt.Fprintf(out, "either side may be a stock Linux rdma_rxe host running the tool named in each title.\n")
 	return nil

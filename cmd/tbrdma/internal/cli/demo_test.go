@@ -26,6 +26,9 @@ func TestDemoQuick(t *testing.T) {
 			t.Errorf("output lacks %v:\n%s", want, s)
 		}
 	}
+	if strings.Contains(s, "\x1b") {
+		t.Errorf("styled output in a pipe: %q", s)
+	}
 	if strings.Contains(s, "invalid data") {
 		t.Errorf("data check failed:\n%s", s)
 	}

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"charm.land/lipgloss/v2"
 	"github.com/spf13/cobra"
 
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
@@ -73,8 +74,10 @@ func runDevices(o *devicesOptions) error {
 		}
 		return nil
 	}
-	w := o.IO.Out
-	fmt.Fprintf(w, "    %-16s\t   node GUID    \t%-12s\t%-6s\t%-9s\t%s\n", "device", "netdev", "state", "mtu", "GID[0]")
+	w := o.IO.StyledOut()
+	st := o.IO.Styles()
+	h := func(s string, width int) string { return ui.Pad(st.Header, s, width) }
+	fmt.Fprintf(w, "    %s\t%s\t%s\t%s\t%s\t%s\n", h("device", 16), h("   node GUID    ", 16), h("netdev", 12), h("state", 6), h("mtu", 9), st.Header.Render("GID[0]"))
 	fmt.Fprintf(w, "    %-16s\t%s\t%-12s\t%-6s\t%-9s\t%s\n", "------", "----------------", "------", "-----", "---", "------")
 	for _, d := range devs {
 		gid := "-"
@@ -85,11 +88,12 @@ func runDevices(o *devicesOptions) error {
 		if d.Thunderbolt {
 			netdev += "*"
 		}
-		fmt.Fprintf(w, "    %-16s\t%016x\t%-12s\t%-6s\t%-9s\t%s\n", d.Name, uint64(d.NodeGUID), netdev, shortState(d.PortState),
+		state := shortState(d.PortState)
+		fmt.Fprintf(w, "    %-16s\t%016x\t%-12s\t%s\t%-9s\t%s\n", d.Name, uint64(d.NodeGUID), netdev, ui.Pad(stateStyle(st, d.PortState), state, 6),
 			fmt.Sprintf("%d/%d", d.ActiveMTU.Bytes(), d.MaxMTU.Bytes()), gid)
 	}
 	for _, k := range kernel {
-		fmt.Fprintf(w, "    %-16s\t%-16s\t%-12s\t%-6s\t%-9s\t%s\n", k, "(kernel device)", "-", "-", "-", "-")
+		fmt.Fprintf(w, "    %-16s\t%s\t%-12s\t%-6s\t%-9s\t%s\n", k, ui.Pad(st.Muted, "(kernel device)", 16), "-", "-", "-", "-")
 	}
 	if hasThunderbolt(devs) {
 		fmt.Fprintln(w, "\n    * Thunderbolt link")
@@ -104,6 +108,17 @@ func hasThunderbolt(devs []*verbs.Device) bool {
 		}
 	}
 	return false
+}
+
+// stateStyle colors a port state: ACTIVE green, DOWN red, others amber.
+func stateStyle(st *ui.Styles, s verbs.PortState) lipgloss.Style {
+	switch s {
+	case verbs.PortActive:
+		return st.OK
+	case verbs.PortDown:
+		return st.Bad
+	}
+	return st.Warn
 }
 
 func shortState(s verbs.PortState) string {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/charmbracelet/x/ansi"
+
 	"github.com/tbrdma/tbrdma/transport/netif"
 	"github.com/tbrdma/tbrdma/verbs"
 )
@@ -88,5 +90,35 @@ func TestDevicesLive(t *testing.T) {
 	}
 	if code := run(context.Background(), f, []string{"devices", "extra"}); code != ExitUsage {
 		t.Fatalf("extra argument: exit %d, want %d", code, ExitUsage)
+	}
+}
+
+// TestDevicesColor checks that a terminal gets the same table in color, and
+// that a pipe or --no-color gets it plain.
+func TestDevicesColor(t *testing.T) {
+	table := func(tty, noColor bool) string {
+		f, out, _ := testFactory()
+		f.IO.SetStdoutTTY(tty)
+		f.IO.SetNoColor(noColor)
+		o := &devicesOptions{IO: f.IO, List: fakeDevices, Kernel: func() []string { return []string{"rxe0"} }}
+		if err := runDevices(o); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	plain, color, noColor := table(false, false), table(true, false), table(true, true)
+	if strings.Contains(plain, "\x1b") || noColor != plain {
+		t.Errorf("pipe / --no-color output is styled:\n%q\n%q", plain, noColor)
+	}
+	if !strings.Contains(color, "\x1b[") || ansi.Strip(color) != plain {
+		t.Errorf("terminal output %q, want %q in color", color, plain)
+	}
+}
+
+func TestNoColorFlag(t *testing.T) {
+	f, _, _ := testFactory()
+	f.IO.SetStdoutTTY(true)
+	if code := run(context.Background(), f, []string{"--no-color", "version"}); code != ExitOK || f.IO.ColorEnabled() {
+		t.Fatalf("exit %d, color %v after --no-color", code, f.IO.ColorEnabled())
 	}
 }

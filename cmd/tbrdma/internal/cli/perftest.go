@@ -3,8 +3,11 @@ package cli
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/jsonout"
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/perf"
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
 	"github.com/tbrdma/tbrdma/verbs"
@@ -61,6 +65,8 @@ type perftestOptions struct {
 	CPUFreq    bool
 	Bind       string
 	Timeout    time.Duration
+	JSON       bool // one jsonout.BenchV1 object per result row on stdout
+	CSV        bool // a header line and one row per result on stdout
 
 	bind netip.Addr
 	// wrapConn, if set, wraps the TCP connection (tests record the
@@ -112,6 +118,8 @@ of our end of the TCP connection.`, k.stock, k.stock, perf.Version),
 	fl.BoolVarP(&opts.Events, "events", "e", false, "sleep on CQ events (default poll)")
 	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` for RoCE (UDP 4791) and the TCP exchange")
 	fl.DurationVar(&opts.Timeout, "timeout", 0, "give up after this long (0: never)")
+	fl.BoolVar(&opts.JSON, "json", false, "print one JSON object per result row (schemaVersion 1, raw units) instead of perftest's output")
+	fl.BoolVar(&opts.CSV, "csv", false, "print a CSV header and one line per result row (raw units) instead of perftest's output")
 	if k.bw {
 		fl.IntVarP(&opts.TxDepth, "tx-depth", "t", 128, "size of the send queue")
 		fl.IntVarP(&opts.CQMod, "cq-mod", "Q", 100, "generate a completion every `n` messages (1 when size > 8192)")
@@ -138,6 +146,9 @@ func testTitle(k *perftestKind) string {
 
 func (o *perftestOptions) check(c *cobra.Command) error {
 	var err error
+	if o.JSON && o.CSV {
+		return FlagErrorf("--json and --csv cannot be used together")
+	}
 	if o.bind, err = parseBind(o.Bind, o.Device); err != nil {
 		return err
 	}
@@ -235,6 +246,59 @@ type perftest struct {
 	info perf.TestInfo
 	rs   recvState // SEND tests: the receive queue
 	sent int       // SEND tests: send completions seen
+	csv  *jsonout.CSVWriter
+}
+
+// human returns where perftest's text goes: stdout, or with --json or
+// --csv (whose rows alone are on stdout) stderr when it is a terminal, else
+// nowhere.
+func (t *perftest) human() io.Writer {
+	o := t.o
+	switch {
+	case !o.JSON && !o.CSV:
+		return o.IO.Out
+	case o.IO.IsStderrTTY():
+		return o.IO.ErrOut
+	}
+	return io.Discard
+}
+
+// row writes one result row as JSON or CSV.
+func (t *perftest) row(r *jsonout.BenchV1) error {
+	o := t.o
+	r.SchemaVersion, r.Test, r.Role = 1, o.Kind.name, o.side()
+	if o.JSON {
+		return json.NewEncoder(o.IO.Out).Encode(r)
+	}
+	if t.csv == nil {
+		t.csv = jsonout.NewCSVWriter(o.IO.Out, jsonout.BenchV1Columns)
+	}
+	return t.csv.Write(r.CSV())
+}
+
+// printLat writes a latency row: perftest's table line, or a machine row
+// in nanoseconds.
+func (t *perftest) printLat(s perf.LatStats) error {
+	if !t.o.JSON && !t.o.CSV {
+		perf.PrintLat(t.o.IO.Out, s)
+		return nil
+	}
+	ns := func(us float64) *float64 { return jsonout.Ptr(jsonout.Round(us*1e3, 3)) }
+	return t.row(&jsonout.BenchV1{Bytes: uint64(s.Size), Iterations: uint64(s.Iters),
+		TMinNs: ns(s.Min), TMaxNs: ns(s.Max), TTypicalNs: ns(s.Typical), TAvgNs: ns(s.Avg), TStdevNs: ns(s.Stdev),
+		P99Ns: ns(s.P99), P999Ns: ns(s.P999)})
+}
+
+// printBW writes a bandwidth row: perftest's table line, or a machine row
+// in bits/s and packets/s.
+func (t *perftest) printBW(r perf.BWReport) error {
+	if !t.o.JSON && !t.o.CSV {
+		perf.PrintBW(t.o.IO.Out, r)
+		return nil
+	}
+	bps := func(mib float64) *float64 { return jsonout.Ptr(math.Round(mib * perf.MiB * 8)) }
+	return t.row(&jsonout.BenchV1{Bytes: r.Size, Iterations: r.Iters,
+		BWPeakBps: bps(r.Peak), BWAvgBps: bps(r.Average), MsgRatePps: jsonout.Ptr(jsonout.Round(r.MsgRate*1e6, 3))})
 }
 
 func runPerftest(ctx context.Context, o *perftestOptions) error {
@@ -263,7 +327,7 @@ func runPerftest(ctx context.Context, o *perftestOptions) error {
 func (t *perftest) run(ctx context.Context) error {
 	o := t.o
 	k := o.Kind
-	out := o.IO.Out
+	out := t.human()
 	server := o.Peer == ""
 	var conn net.Conn
 	var err error
@@ -358,7 +422,9 @@ func (t *perftest) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			perf.PrintLat(out, stats)
+			if err := t.printLat(stats); err != nil {
+				return err
+			}
 		}
 		fmt.Fprintln(out, perf.Line)
 		return comm.Close(t.my)
@@ -370,7 +436,9 @@ func (t *perftest) run(ctx context.Context) error {
 			if rep, err = t.runBW(ctx, rem, size); err != nil {
 				return err
 			}
-			perf.PrintBW(out, rep)
+			if err := t.printBW(rep); err != nil {
+				return err
+			}
 		}
 		if _, err := comm.HandShake(t.my); err != nil {
 			return err
@@ -387,7 +455,7 @@ func (t *perftest) run(ctx context.Context) error {
 // do on the data path but wait for the client's closing handshake (and, for
 // bandwidth tests, print the client's report).
 func (t *perftest) serve(ctx context.Context, comm *perf.Comm) error {
-	out := t.o.IO.Out
+	out := t.human()
 	if t.o.Kind.bw {
 		fmt.Fprintln(out, perf.BWHeader)
 		if _, err := comm.HandShake(t.my); err != nil {
@@ -397,7 +465,9 @@ func (t *perftest) serve(ctx context.Context, comm *perf.Comm) error {
 		if err != nil {
 			return err
 		}
-		perf.PrintBW(out, rep)
+		if err := t.printBW(rep); err != nil {
+			return err
+		}
 		fmt.Fprintln(out, perf.Line)
 		return comm.Close(t.my)
 	}

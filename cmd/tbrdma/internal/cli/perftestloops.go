@@ -94,7 +94,7 @@ func (t *perftest) pollSend(ctx context.Context, done func() bool) error {
 // figures; nothing is exchanged but the closing handshake.
 func (t *perftest) runSend(ctx context.Context, comm *perf.Comm, rem perf.Dest) error {
 	o := t.o
-	out := o.IO.Out
+	out := t.human()
 	server := o.Peer == ""
 	bw := o.Kind.bw
 	if bw {
@@ -116,19 +116,25 @@ func (t *perftest) runSend(ctx context.Context, comm *perf.Comm, rem perf.Dest) 
 			if err := t.pollSend(ctx, func() bool { return t.rs.done == o.Iters }); err != nil {
 				return err
 			}
-			perf.PrintBW(out, perf.ReceiveBandwidth(size, o.Iters, t.rs.first, t.rs.latest))
+			if err := t.printBW(perf.ReceiveBandwidth(size, o.Iters, t.rs.first, t.rs.latest)); err != nil {
+				return err
+			}
 		case bw:
 			rep, err := t.runBW(ctx, rem, size)
 			if err != nil {
 				return err
 			}
-			perf.PrintBW(out, rep)
+			if err := t.printBW(rep); err != nil {
+				return err
+			}
 		default:
 			s, err := t.runSendLat(ctx, size)
 			if err != nil {
 				return err
 			}
-			perf.PrintLat(out, s)
+			if err := t.printLat(s); err != nil {
+				return err
+			}
 		}
 		if bw && o.All {
 			if _, err := comm.HandShake(t.my); err != nil {
@@ -180,14 +186,16 @@ func (t *perftest) runSendLat(ctx context.Context, size int) (perf.LatStats, err
 // runWriteLat runs write-lat for every size and prints the table. perftest
 // 4.5 exchanges nothing after the run: no report, no closing handshake.
 func (t *perftest) runWriteLat(ctx context.Context, rem perf.Dest) error {
-	out := t.o.IO.Out
+	out := t.human()
 	fmt.Fprintln(out, perf.LatHeader)
 	for _, size := range t.o.sizes() {
 		s, err := t.writeLat(ctx, rem, size)
 		if err != nil {
 			return err
 		}
-		perf.PrintLat(out, s)
+		if err := t.printLat(s); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintln(out, perf.Line)
 	// Nothing tells us the peer has its last ACK: leave the engine a moment

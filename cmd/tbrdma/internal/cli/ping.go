@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/jsonout"
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/rping"
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
 	"github.com/tbrdma/tbrdma/rdmacm"
@@ -36,6 +38,7 @@ type pingOptions struct {
 	Timeout  float64 // seconds
 	Port     int
 	Bind     string
+	JSON     bool
 
 	bind              netip.Addr
 	interval, timeout time.Duration
@@ -89,6 +92,7 @@ refused or never answered), 2 for bad usage.`,
 	fl.Float64VarP(&opts.Timeout, "timeout", "W", 10, "wait at most `seconds` for the connection and for each reply")
 	fl.IntVarP(&opts.Port, "port", "p", rping.DefaultPort, "rdma_cm `port` of the peer")
 	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` for RoCE (default: the kernel's source address for the peer)")
+	fl.BoolVar(&opts.JSON, "json", false, "one JSON object per reply and a summary object (schemaVersion 1, raw units)")
 	return cmd
 }
 
@@ -170,23 +174,50 @@ func (s *pingStats) add(rtt time.Duration) {
 }
 
 // print writes ping(8)'s summary: the packet line, and the rtt line when
-// a reply arrived (mdev = sqrt(mean(x²) − mean(x)²)).
-func (s *pingStats) print(w io.Writer, peer string, elapsed time.Duration) {
-	fmt.Fprintf(w, "\n--- %s rdma ping statistics ---\n", peer)
+// a reply arrived (mdev = sqrt(mean(x²) − mean(x)²)). Styles color it on a
+// terminal; w strips them otherwise (ui.IO.StyledOut).
+func (s *pingStats) print(w io.Writer, sty *ui.Styles, peer string, elapsed time.Duration) {
+	fmt.Fprintf(w, "\n%s\n", sty.Header.Render(fmt.Sprintf("--- %s rdma ping statistics ---", peer)))
 	fmt.Fprintf(w, "%d packets transmitted, %d received", s.transmitted, s.received)
 	if s.errors > 0 {
-		fmt.Fprintf(w, ", +%d errors", s.errors)
+		fmt.Fprintf(w, ", %s", sty.Bad.Render(fmt.Sprintf("+%d errors", s.errors)))
 	}
 	if s.transmitted > 0 {
-		fmt.Fprintf(w, ", %.6g%% packet loss", float64(s.transmitted-s.received)*100/float64(s.transmitted))
+		loss := sty.OK
+		if s.received < s.transmitted {
+			loss = sty.Bad
+		}
+		fmt.Fprintf(w, ", %s", loss.Render(fmt.Sprintf("%.6g%% packet loss", float64(s.transmitted-s.received)*100/float64(s.transmitted))))
 	}
 	fmt.Fprintf(w, ", time %dms\n", elapsed.Milliseconds())
 	if s.received > 0 {
-		n := float64(s.received)
-		avg := s.sum / n
-		mdev := math.Sqrt(max(s.sum2/n-avg*avg, 0))
+		avg, mdev := s.avgMdev()
 		fmt.Fprintf(w, "rtt min/avg/max/mdev = %.3f/%.3f/%.3f/%.3f ms\n", s.min/1e6, avg/1e6, s.max/1e6, mdev/1e6)
 	}
+}
+
+// avgMdev returns the mean and ping(8)'s mdev of the round trips, in ns.
+func (s *pingStats) avgMdev() (avg, mdev float64) {
+	n := float64(s.received)
+	avg = s.sum / n
+	return avg, math.Sqrt(max(s.sum2/n-avg*avg, 0))
+}
+
+// summary is the --json summary object.
+func (s *pingStats) summary(peer string, addr netip.Addr, elapsed time.Duration) jsonout.PingSummaryV1 {
+	j := jsonout.PingSummaryV1{SchemaVersion: 1, Type: "summary", Peer: peer, Transmitted: s.transmitted,
+		Received: s.received, Errors: s.errors, TimeNs: elapsed.Nanoseconds()}
+	if addr.IsValid() {
+		j.Addr = addr.String()
+	}
+	if s.transmitted > 0 {
+		j.LossRatio = float64(s.transmitted-s.received) / float64(s.transmitted)
+	}
+	if s.received > 0 {
+		avg, mdev := s.avgMdev()
+		j.RTT = &jsonout.PingRTTV1{MinNs: s.min, AvgNs: jsonout.Round(avg, 3), MaxNs: s.max, MdevNs: jsonout.Round(mdev, 3)}
+	}
+	return j
 }
 
 // pingTime formats a round trip as ping(8) does: three significant
@@ -206,6 +237,22 @@ func pingTime(rtt time.Duration) string {
 
 func runPing(ctx context.Context, o *pingOptions) error {
 	out, errOut := o.IO.Out, o.IO.ErrOut
+	enc := json.NewEncoder(out)
+	human := out // the PING line: with --json, on stderr when it is a terminal
+	if o.JSON {
+		human = io.Discard
+		if o.IO.IsStderrTTY() {
+			human = errOut
+		}
+	}
+	var st pingStats
+	summary := func(addr netip.Addr, elapsed time.Duration) {
+		if o.JSON {
+			enc.Encode(st.summary(o.Peer, addr, elapsed))
+			return
+		}
+		st.print(o.IO.StyledOut(), o.IO.Styles(), o.Peer, elapsed)
+	}
 	addr, err := o.Resolve(ctx, o.Peer)
 	if err != nil {
 		return fmt.Errorf("ping: %s: %w", o.Peer, err)
@@ -222,13 +269,12 @@ func runPing(ctx context.Context, o *pingOptions) error {
 	}
 	defer dev.Close()
 
-	fmt.Fprintf(out, "PING %s (%s) %d bytes of data over RDMA (rdma_cm port %d).\n", o.Peer, addr, o.Size, o.Port)
-	var st pingStats
+	fmt.Fprintf(human, "PING %s (%s) %d bytes of data over RDMA (rdma_cm port %d).\n", o.Peer, addr, o.Size, o.Port)
 	peer := netip.AddrPortFrom(addr, uint16(o.Port))
 	cl, err := rping.Dial(ctx, dev, peer, o.Size, o.timeout)
 	if err != nil {
 		if ctx.Err() != nil {
-			st.print(out, o.Peer, 0)
+			summary(addr, 0)
 			return errSilent
 		}
 		return connectError(peer, local, err)
@@ -240,10 +286,19 @@ func runPing(ctx context.Context, o *pingOptions) error {
 		st.transmitted++
 		rtt, err := cl.Ping(ctx, seq-1, o.timeout, o.Now)
 		var mm *rping.MismatchError
+		reply := jsonout.PingV1{SchemaVersion: 1, Type: "reply", Peer: o.Peer, Addr: addr.String(), Seq: seq, Bytes: o.Size, RTTNs: rtt.Nanoseconds()}
 		switch {
+		case err == nil && o.JSON:
+			st.add(rtt)
+			reply.OK = true
+			enc.Encode(reply)
 		case err == nil:
 			st.add(rtt)
 			fmt.Fprintf(out, "%d bytes from %s: seq=%d time=%s ms\n", o.Size, addr, seq, pingTime(rtt))
+		case errors.As(err, &mm) && o.JSON:
+			st.errors++
+			reply.Mismatch = &jsonout.PingMismatchV1{Offset: mm.Offset, Want: mm.Want, Got: mm.Got}
+			enc.Encode(reply)
 		case errors.As(err, &mm):
 			st.errors++
 			fmt.Fprintf(out, "%d bytes from %s: seq=%d time=%s ms (BAD ECHO: byte #%d should be 0x%02x but was 0x%02x)\n",
@@ -279,7 +334,7 @@ func runPing(ctx context.Context, o *pingOptions) error {
 		fmt.Fprintf(errOut, "tbrdma: ping: %v\n", end)
 	}
 	cl.Close()
-	st.print(out, o.Peer, elapsed)
+	summary(addr, elapsed)
 	if st.received == 0 {
 		return errSilent
 	}

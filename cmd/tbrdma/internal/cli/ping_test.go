@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/charmbracelet/x/ansi"
+
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
 	"github.com/tbrdma/tbrdma/verbs"
 )
@@ -243,16 +245,24 @@ func TestPingSummary(t *testing.T) {
 	for _, ms := range []int{1, 2, 3, 6} {
 		st.add(time.Duration(ms) * time.Millisecond)
 	}
-	var b bytes.Buffer
-	st.print(&b, "peer", 5012*time.Millisecond)
+	pio, b, _ := ui.Test() // not a terminal: the styles are stripped
+	st.print(pio.StyledOut(), pio.Styles(), "peer", 5012*time.Millisecond)
 	want := "\n--- peer rdma ping statistics ---\n" +
 		"6 packets transmitted, 4 received, +1 errors, 33.3333% packet loss, time 5012ms\n" +
 		"rtt min/avg/max/mdev = 1.000/3.000/6.000/1.871 ms\n"
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
+	// On a terminal the same text comes with color.
+	pio.SetStdoutTTY(true)
 	b.Reset()
-	(&pingStats{transmitted: 2}).print(&b, "p", 3*time.Millisecond)
+	st.print(pio.StyledOut(), pio.Styles(), "peer", 5012*time.Millisecond)
+	if !strings.Contains(b.String(), "\x1b[") || ansi.Strip(b.String()) != want {
+		t.Errorf("on a terminal: %q", b.String())
+	}
+	pio.SetStdoutTTY(false)
+	b.Reset()
+	(&pingStats{transmitted: 2}).print(pio.StyledOut(), pio.Styles(), "p", 3*time.Millisecond)
 	if want := "\n--- p rdma ping statistics ---\n2 packets transmitted, 0 received, 100% packet loss, time 3ms\n"; b.String() != want {
 		t.Errorf("got %q, want %q", b.String(), want)
 	}

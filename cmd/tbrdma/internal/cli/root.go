@@ -80,7 +80,7 @@ func run(ctx context.Context, f *Factory, args []string) int {
 }
 
 func newRootCmd(f *Factory) *cobra.Command {
-	var debug bool
+	var debug, noColor bool
 	root := &cobra.Command{
 		Use:   "tbrdma <command> [flags]",
 		Short: "RDMA over a Thunderbolt (or any IP) link, in user space",
@@ -91,6 +91,9 @@ ib_read_lat, and so on.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRun: func(*cobra.Command, []string) {
+			if noColor {
+				f.IO.SetNoColor(true)
+			}
 			if debug {
 				f.Logger = slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			}
@@ -100,6 +103,7 @@ ib_read_lat, and so on.`,
 	root.SetErr(f.IO.ErrOut)
 	root.SetIn(f.IO.In)
 	root.PersistentFlags().BoolVar(&debug, "debug", false, "log the RDMA engine's debug messages to stderr")
+	root.PersistentFlags().BoolVar(&noColor, "no-color", false, "no color or styles in human output (as NO_COLOR=1; output that is not a terminal is never styled)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &FlagError{Err: err} })
 	root.CompletionOptions.HiddenDefaultCmd = true
 	for _, c := range commands {
