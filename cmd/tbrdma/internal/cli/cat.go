@@ -271,32 +271,10 @@ func catSum(s [sha256.Size]byte) string { return fmt.Sprintf("%x", s[:8]) + "…
 func runCatReceive(ctx context.Context, o *catOptions) error {
 	errOut := o.IO.ErrOut
 	tty := o.IO.IsStderrTTY()
-	addrs := []netip.Addr{o.bind}
-	if !o.bind.IsValid() {
-		var err error
-		if addrs, err = o.Addrs(); err != nil {
-			return fmt.Errorf("cat: list local addresses: %w", err)
-		}
-	}
-	var devs []*verbs.Context
-	defer func() {
-		for _, d := range devs {
-			d.Close()
-		}
-	}()
-	for _, a := range addrs {
-		d, err := o.OpenDevice(a)
-		if err != nil {
-			if o.bind.IsValid() {
-				return err
-			}
-			fmt.Fprintf(errOut, "tbrdma cat: skipping %v: %v\n", a, err)
-			continue
-		}
-		devs = append(devs, d)
-	}
-	if len(devs) == 0 {
-		return errors.New("cat: no local address to listen on: give one with --bind")
+	devs, err := openServingDevices("cat", o.bind, o.Addrs, o.OpenDevice, errOut)
+	defer closeDevices(devs)
+	if err != nil {
+		return err
 	}
 
 	ech, err := rdmacm.CreateEventChannel(nil)

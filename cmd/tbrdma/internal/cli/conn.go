@@ -3,9 +3,12 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strconv"
+
+	"github.com/tbrdma/tbrdma/verbs"
 )
 
 // parseBind reads --bind, or -d when it holds an IP address (the stock
@@ -100,4 +103,41 @@ func checkPort(port int, peer string) error {
 		return FlagErrorf("invalid -p %d", port)
 	}
 	return nil
+}
+
+// openServingDevices opens a device on bind, or, when bind is unset, one on
+// every local address from addrs, skipping (with a line on log) those that
+// cannot be opened. cmd names the command in messages. The caller closes
+// the devices, also on error.
+func openServingDevices(cmd string, bind netip.Addr, addrs func() ([]netip.Addr, error),
+	open func(netip.Addr) (*verbs.Context, error), log io.Writer) ([]*verbs.Context, error) {
+	list := []netip.Addr{bind}
+	if !bind.IsValid() {
+		var err error
+		if list, err = addrs(); err != nil {
+			return nil, fmt.Errorf("%s: list local addresses: %w", cmd, err)
+		}
+	}
+	var devs []*verbs.Context
+	for _, a := range list {
+		d, err := open(a)
+		if err != nil {
+			if bind.IsValid() {
+				return devs, err
+			}
+			fmt.Fprintf(log, "tbrdma %s: skipping %v: %v\n", cmd, a, err)
+			continue
+		}
+		devs = append(devs, d)
+	}
+	if len(devs) == 0 {
+		return nil, fmt.Errorf("%s: no local address to listen on: give one with --bind", cmd)
+	}
+	return devs, nil
+}
+
+func closeDevices(devs []*verbs.Context) {
+	for _, d := range devs {
+		d.Close()
+	}
 }

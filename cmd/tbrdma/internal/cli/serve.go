@@ -135,32 +135,10 @@ func (s *syncWriter) Write(b []byte) (int, error) {
 func runServe(ctx context.Context, o *serveOptions) error {
 	out := &syncWriter{w: o.IO.Out}
 	log := &syncWriter{w: o.IO.ErrOut}
-	addrs := []netip.Addr{o.bind}
-	if !o.bind.IsValid() {
-		var err error
-		if addrs, err = o.Addrs(); err != nil {
-			return fmt.Errorf("serve: list local addresses: %w", err)
-		}
-	}
-	var devs []*verbs.Context
-	defer func() {
-		for _, d := range devs {
-			d.Close()
-		}
-	}()
-	for _, a := range addrs {
-		d, err := o.OpenDevice(a)
-		if err != nil {
-			if o.bind.IsValid() {
-				return err
-			}
-			fmt.Fprintf(log, "tbrdma serve: skipping %v: %v\n", a, err)
-			continue
-		}
-		devs = append(devs, d)
-	}
-	if len(devs) == 0 {
-		return fmt.Errorf("serve: no local address to serve on: give one with --bind")
+	devs, err := openServingDevices("serve", o.bind, o.Addrs, o.OpenDevice, log)
+	defer closeDevices(devs)
+	if err != nil {
+		return err
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
