@@ -17,43 +17,22 @@ type (
 )
 
 // MTU is an InfiniBand path MTU, numbered as in ibverbs (IBV_MTU_*).
-type MTU uint8
+type MTU = wire.MTU
 
 const (
-	MTU256  MTU = 1
-	MTU512  MTU = 2
-	MTU1024 MTU = 3
-	MTU2048 MTU = 4
-	MTU4096 MTU = 5
+	MTU256  = wire.MTU256
+	MTU512  = wire.MTU512
+	MTU1024 = wire.MTU1024
+	MTU2048 = wire.MTU2048
+	MTU4096 = wire.MTU4096
 )
-
-// Bytes returns the payload size of m, or 0 for an invalid value.
-func (m MTU) Bytes() int {
-	if m < MTU256 || m > MTU4096 {
-		return 0
-	}
-	return 128 << m
-}
-
-// Valid reports whether m is one of the five IB MTUs.
-func (m MTU) Valid() bool { return m >= MTU256 && m <= MTU4096 }
-
-func (m MTU) String() string {
-	if !m.Valid() {
-		return fmt.Sprintf("mtu(%d)", uint8(m))
-	}
-	return fmt.Sprint(m.Bytes())
-}
 
 // MTUForLink returns the largest IB MTU whose packets fit a link MTU the way
 // rdma_rxe computes a port's active MTU: link MTU minus 80 header bytes,
 // clamped to 256..4096.
 func MTUForLink(linkMTU int) MTU {
-	n := linkMTU - 80
-	for m := MTU4096; m > MTU256; m-- {
-		if n >= m.Bytes() {
-			return m
-		}
+	if m := wire.MTUFromBytes(linkMTU - 80); m != 0 {
+		return m
 	}
 	return MTU256
 }

@@ -4,6 +4,8 @@ import (
 	"math/bits"
 	"strconv"
 	"time"
+
+	"github.com/tbrdma/tbrdma/transport/wire"
 )
 
 // CommID is a 32-bit communication ID: each side picks its own (Local
@@ -118,41 +120,19 @@ func (t TransportType) String() string {
 }
 
 // MTU is the 4-bit IBTA path MTU code of a REQ: 1..5 = 256..4096 bytes.
-type MTU uint8
+type MTU = wire.MTU
 
 const (
-	MTU256  MTU = 1
-	MTU512  MTU = 2
-	MTU1024 MTU = 3
-	MTU2048 MTU = 4
-	MTU4096 MTU = 5
+	MTU256  = wire.MTU256
+	MTU512  = wire.MTU512
+	MTU1024 = wire.MTU1024
+	MTU2048 = wire.MTU2048
+	MTU4096 = wire.MTU4096
 )
-
-// Bytes returns the MTU in bytes, or 0 for an invalid code.
-func (m MTU) Bytes() int {
-	if m < MTU256 || m > MTU4096 {
-		return 0
-	}
-	return 128 << m
-}
 
 // MTUFromBytes returns the largest MTU code not above n bytes, or 0 when n
 // is below 256.
-func MTUFromBytes(n int) MTU {
-	for m := MTU4096; m >= MTU256; m-- {
-		if m.Bytes() <= n {
-			return m
-		}
-	}
-	return 0
-}
-
-func (m MTU) String() string {
-	if b := m.Bytes(); b != 0 {
-		return strconv.Itoa(b)
-	}
-	return "mtu(" + strconv.Itoa(int(m)) + ")"
-}
+func MTUFromBytes(n int) MTU { return wire.MTUFromBytes(n) }
 
 // Timeout is a 5-bit IBTA time exponent: 4.096 µs × 2^t (roce-wire.md
 // §6.7). The CM response timeouts, MRA service timeout, local ACK timeout,

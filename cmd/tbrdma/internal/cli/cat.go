@@ -619,17 +619,7 @@ func catReader(in io.Reader, buf []byte, size int, free <-chan int, filled chan<
 }
 
 func runCatSend(ctx context.Context, o *catOptions) error {
-	addr, err := o.Resolve(ctx, o.Peer)
-	if err != nil {
-		return fmt.Errorf("cat: %s: %w", o.Peer, err)
-	}
-	local := o.bind
-	if !local.IsValid() {
-		if local, err = o.Source(addr); err != nil {
-			return fmt.Errorf("cat: %s: %w (use --bind)", o.Peer, err)
-		}
-	}
-	dev, err := o.OpenDevice(local)
+	addr, dev, err := openForPeer(ctx, "cat", o.Peer, o.bind, o.Resolve, o.Source, o.OpenDevice)
 	if err != nil {
 		return err
 	}
@@ -647,7 +637,7 @@ func runCatSend(ctx context.Context, o *catOptions) error {
 	defer id.Destroy()
 	evs.conn.Store(id)
 	peer := netip.AddrPortFrom(addr, uint16(o.Port))
-	c, ring, err := catConnect(ctx, o, id, evs, peer, local)
+	c, ring, err := catConnect(ctx, o, id, evs, peer, dev.LocalAddr().Addr())
 	if err != nil {
 		return err
 	}

@@ -141,3 +141,26 @@ func closeDevices(devs []*verbs.Context) {
 		d.Close()
 	}
 }
+
+// openForPeer resolves peer, picks the local address (bind, or else the
+// source the kernel routes to the peer from) and opens the device there.
+// cmd names the command in messages.
+func openForPeer(ctx context.Context, cmd, peer string, bind netip.Addr,
+	resolve func(context.Context, string) (netip.Addr, error), source func(netip.Addr) (netip.Addr, error),
+	open func(netip.Addr) (*verbs.Context, error)) (netip.Addr, *verbs.Context, error) {
+	addr, err := resolve(ctx, peer)
+	if err != nil {
+		return netip.Addr{}, nil, fmt.Errorf("%s: %s: %w", cmd, peer, err)
+	}
+	local := bind
+	if !local.IsValid() {
+		if local, err = source(addr); err != nil {
+			return netip.Addr{}, nil, fmt.Errorf("%s: %s: %w (use --bind)", cmd, peer, err)
+		}
+	}
+	dev, err := open(local)
+	if err != nil {
+		return netip.Addr{}, nil, err
+	}
+	return addr, dev, nil
+}

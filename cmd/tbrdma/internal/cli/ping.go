@@ -253,17 +253,7 @@ func runPing(ctx context.Context, o *pingOptions) error {
 		}
 		st.print(o.IO.StyledOut(), o.IO.Styles(), o.Peer, elapsed)
 	}
-	addr, err := o.Resolve(ctx, o.Peer)
-	if err != nil {
-		return fmt.Errorf("ping: %s: %w", o.Peer, err)
-	}
-	local := o.bind
-	if !local.IsValid() {
-		if local, err = o.Source(addr); err != nil {
-			return fmt.Errorf("ping: %s: %w (use --bind)", o.Peer, err)
-		}
-	}
-	dev, err := o.OpenDevice(local)
+	addr, dev, err := openForPeer(ctx, "ping", o.Peer, o.bind, o.Resolve, o.Source, o.OpenDevice)
 	if err != nil {
 		return err
 	}
@@ -277,7 +267,7 @@ func runPing(ctx context.Context, o *pingOptions) error {
 			summary(addr, 0)
 			return errSilent
 		}
-		return connectError(peer, local, err)
+		return connectError(peer, dev.LocalAddr().Addr(), err)
 	}
 	start := o.Now()
 	var end error
