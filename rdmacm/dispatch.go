@@ -10,6 +10,7 @@ import (
 
 	"github.com/tbrdma/tbrdma/rdmacm/internal/cmwire"
 	"github.com/tbrdma/tbrdma/rdmacm/internal/fsm"
+	"github.com/tbrdma/tbrdma/transport/wire"
 	"github.com/tbrdma/tbrdma/verbs"
 )
 
@@ -30,13 +31,37 @@ type dispatcher struct {
 	remote    map[remoteKey]*ID     // passive connections by the peer's (CA GUID, comm ID)
 	ports     map[portKey]*ID       // bound IDs
 	listeners map[portKey]*ID
+	ids       map[*ID]struct{} // every ID not destroyed, for DEVICE_REMOVAL
+	// UD: our SIDR_REQs by request ID, and received ones not answered yet.
+	sidrs       map[cmwire.CommID]*ID
+	sidrPending map[sidrKey]*ID
+	// Stale-connection state (cm_match_req): live connections by the
+	// peer's (QPN, CA GUID), and the (CA GUID, comm ID) of passive
+	// connections destroyed before their timewait ended, with its end.
+	remoteQP map[qpKey]*ID
+	timewait map[remoteKey]twEntry
+	removed  bool // the verbs.Context was closed
 
 	kick   chan struct{}
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
 	// Counters.
-	unmatched uint64 // messages for no connection
+	unmatched  uint64 // messages for no connection
+	duplicates uint64 // copies of a SIDR_REQ being answered, dropped
+	stale      uint64 // REQs rejected with reason 10
+}
+
+// qpKey is a peer QP: its QPN and CA GUID.
+type qpKey struct {
+	qpn  uint32
+	guid uint64
+}
+
+// twEntry is a destroyed connection still in timewait.
+type twEntry struct {
+	local   cmwire.CommID
+	expires time.Time
 }
 
 type remoteKey struct {
@@ -61,15 +86,20 @@ func acquire(vctx *verbs.Context) *dispatcher {
 	d := registry[vctx]
 	if d == nil {
 		d = &dispatcher{
-			vctx:      vctx,
-			gsi:       vctx.GSI(),
-			guid:      nodeGUID(vctx),
-			hiTID:     rand.Uint32(),
-			conns:     map[cmwire.CommID]*ID{},
-			remote:    map[remoteKey]*ID{},
-			ports:     map[portKey]*ID{},
-			listeners: map[portKey]*ID{},
-			kick:      make(chan struct{}, 1),
+			vctx:        vctx,
+			gsi:         vctx.GSI(),
+			guid:        nodeGUID(vctx),
+			hiTID:       rand.Uint32(),
+			conns:       map[cmwire.CommID]*ID{},
+			remote:      map[remoteKey]*ID{},
+			ports:       map[portKey]*ID{},
+			listeners:   map[portKey]*ID{},
+			ids:         map[*ID]struct{}{},
+			sidrs:       map[cmwire.CommID]*ID{},
+			sidrPending: map[sidrKey]*ID{},
+			remoteQP:    map[qpKey]*ID{},
+			timewait:    map[remoteKey]twEntry{},
+			kick:        make(chan struct{}, 1),
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		d.cancel = cancel
@@ -124,6 +154,9 @@ func (d *dispatcher) read(ctx context.Context, out chan<- verbs.MADPacket) {
 	for {
 		m, err := d.gsi.Recv(ctx)
 		if err != nil {
+			if ctx.Err() == nil {
+				d.deviceRemoved()
+			}
 			return
 		}
 		select {
@@ -171,12 +204,35 @@ func (d *dispatcher) wake() {
 	}
 }
 
+// deviceRemoved reports DEVICE_REMOVAL on every ID when the context is
+// closed under them (cma_process_remove). The IDs stay until destroyed;
+// the timers stop with the dispatcher's goroutines.
+func (d *dispatcher) deviceRemoved() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.removed = true
+	for id := range d.ids {
+		if id.state != stateDestroyed {
+			id.ch.post(&Event{Type: EventDeviceRemoval, ID: id, Status: enodev, Err: ErrDeviceRemoved})
+		}
+	}
+}
+
 func (d *dispatcher) nextDeadline() time.Time {
 	var next time.Time
-	for _, id := range d.conns {
-		if dl := id.conn.Deadline(); !dl.IsZero() && (next.IsZero() || dl.Before(next)) {
+	earliest := func(dl time.Time) {
+		if !dl.IsZero() && (next.IsZero() || dl.Before(next)) {
 			next = dl
 		}
+	}
+	for _, id := range d.conns {
+		earliest(id.conn.Deadline())
+	}
+	for _, id := range d.sidrs {
+		earliest(id.sidr.Deadline())
+	}
+	for _, e := range d.timewait {
+		earliest(e.expires)
 	}
 	return next
 }
@@ -189,6 +245,52 @@ func (d *dispatcher) tick(now time.Time) {
 			id.apply(now, id.conn.Tick(now))
 		}
 	}
+	for _, id := range d.sidrs {
+		if dl := id.sidr.Deadline(); !dl.IsZero() && !now.Before(dl) {
+			id.applySIDR(now, id.sidr.Tick(now))
+		}
+	}
+	for k, e := range d.timewait {
+		if !now.Before(e.expires) {
+			delete(d.timewait, k)
+		}
+	}
+}
+
+// indexQP records a live connection under the peer's (QPN, CA GUID).
+func (id *ID) indexQP(qpn wire.QPN, guid uint64) {
+	id.qkey = qpKey{uint32(qpn), guid}
+	id.d.remoteQP[id.qkey] = id
+}
+
+// unindexQP drops the ID from the (QPN, CA GUID) index.
+func (d *dispatcher) unindexQP(id *ID) {
+	if id.qkey != (qpKey{}) && d.remoteQP[id.qkey] == id {
+		delete(d.remoteQP, id.qkey)
+	}
+	id.qkey = qpKey{}
+}
+
+// enterTimewait keeps the (CA GUID, comm ID) of a passive connection that
+// is destroyed after it was accepted, for its timewait (2.048 s from now,
+// or what is left of a timewait already running): a copy of its REQ in
+// that time gets REJ 10 (stale connection) instead of reaching the
+// listener as a new request.
+func (d *dispatcher) enterTimewait(now time.Time, id *ID) {
+	if id.rkey == (remoteKey{}) {
+		return
+	}
+	var expires time.Time
+	switch id.conn.State() {
+	case fsm.REPSent, fsm.Established, fsm.DREQSent, fsm.DREQRcvd:
+		expires = now.Add(id.conn.Timing().TimeWait)
+	case fsm.TimeWait:
+		expires = id.conn.Deadline()
+	default:
+		return
+	}
+	d.timewait[id.rkey] = twEntry{local: id.conn.LocalID, expires: expires}
+	d.wake()
 }
 
 // send sends a MAD to the peer's QP1 (UDP port 4791).
@@ -200,7 +302,9 @@ func (d *dispatcher) send(to netip.Addr, mad []byte) {
 func (d *dispatcher) newCommID() cmwire.CommID {
 	for {
 		c := cmwire.CommID(rand.Uint32())
-		if _, used := d.conns[c]; c != 0 && !used {
+		_, used := d.conns[c]
+		_, usedSIDR := d.sidrs[c]
+		if c != 0 && !used && !usedSIDR {
 			return c
 		}
 	}
@@ -236,8 +340,15 @@ func (d *dispatcher) handle(p *verbs.MADPacket) {
 	now := time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if msg.Attr() == cmwire.AttrREQ {
+	switch msg.Attr() {
+	case cmwire.AttrREQ:
 		d.handleREQ(now, p, msg)
+		return
+	case cmwire.AttrSIDRREQ:
+		d.handleSIDRREQ(p, msg)
+		return
+	case cmwire.AttrSIDRREP:
+		d.handleSIDRREP(now, msg)
 		return
 	}
 	var remote cmwire.CommID
@@ -245,7 +356,7 @@ func (d *dispatcher) handle(p *verbs.MADPacket) {
 	case cmwire.AttrREP, cmwire.AttrRTU, cmwire.AttrREJ, cmwire.AttrMRA, cmwire.AttrDREQ, cmwire.AttrDREP:
 		remote = cmwire.RTU(msg.Body()).RemoteCommID() // all keep it at body offset 4
 	default:
-		return // SIDR is not served yet
+		return
 	}
 	id := d.conns[remote]
 	if id == nil {
@@ -266,7 +377,15 @@ func (d *dispatcher) handle(p *verbs.MADPacket) {
 func (d *dispatcher) handleREQ(now time.Time, p *verbs.MADPacket, msg cmwire.Message) {
 	req := msg.REQ()
 	if id := d.remote[remoteKey{req.LocalCAGUID(), req.LocalCommID()}]; id != nil && id.conn != nil {
-		id.apply(now, id.conn.Handle(now, msg))
+		// A duplicate: the answer (MRA, the REP again, REJ 10 in
+		// timewait) goes where the copy came from, as the kernel's
+		// response MADs do.
+		r := id.conn.Handle(now, msg)
+		for _, m := range r.Send {
+			d.send(p.From.Addr(), m)
+		}
+		r.Send = nil
+		id.apply(now, r)
 		return
 	}
 	reject := func(reason cmwire.RejectReason) {
@@ -275,10 +394,41 @@ func (d *dispatcher) handleREQ(now time.Time, p *verbs.MADPacket, msg cmwire.Mes
 			RemoteCommID: req.LocalCommID(), MessageRejected: cmwire.KindREQ, Reason: reason}
 		d.send(p.From.Addr(), cmwire.AppendMAD(nil, msg.TransactionID(), f))
 	}
+	// A copy of the REQ of a connection destroyed during its timewait.
+	if e, ok := d.timewait[remoteKey{req.LocalCAGUID(), req.LocalCommID()}]; ok {
+		if now.Before(e.expires) {
+			d.stale++
+			f := cmwire.REJFields{LocalCommID: e.local, RemoteCommID: req.LocalCommID(), MessageRejected: cmwire.KindREQ,
+				Reason: cmwire.RejStaleConn}
+			d.send(p.From.Addr(), cmwire.AppendMAD(nil, msg.TransactionID(), f))
+			return
+		}
+		delete(d.timewait, remoteKey{req.LocalCAGUID(), req.LocalCommID()})
+	}
+	// A new REQ from a peer QP that is still connected to us (the peer
+	// restarted, or reused a QPN): REJ 10, and the old connection gets a
+	// DREQ (cm_match_req).
+	if old := d.remoteQP[qpKey{uint32(req.LocalQPN()), req.LocalCAGUID()}]; old != nil {
+		d.stale++
+		reject(cmwire.RejStaleConn)
+		if old.conn != nil && old.conn.State() == fsm.Established {
+			if old.qp != nil {
+				old.qp.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.QPAttrState)
+			}
+			old.apply(now, old.conn.Disconnect(now))
+			d.wake()
+		}
+		return
+	}
 	ps, port, ok := cmwire.SplitServiceID(req.ServiceID())
 	ln := d.listeners[portKey{PortSpace(ps), port}]
 	if !ok || ln == nil {
 		reject(cmwire.RejInvalidServiceID)
+		return
+	}
+	if ln.ps == PSUDP {
+		// cma_check_req_qp_type: a REQ (RC) on a UD listener.
+		reject(cmwire.RejConsumerDefined)
 		return
 	}
 	// rdma_cm validation (roce-wire.md §7.3); failures are REJ 28.
@@ -312,6 +462,8 @@ func (d *dispatcher) handleREQ(now time.Time, p *verbs.MADPacket, msg cmwire.Mes
 	d.conns[child.conn.LocalID] = child
 	child.rkey = remoteKey{req.LocalCAGUID(), req.LocalCommID()}
 	d.remote[child.rkey] = child
+	child.indexQP(req.LocalQPN(), req.LocalCAGUID())
+	d.ids[child] = struct{}{}
 	d.addRef() // the child holds the dispatcher like any ID
 	ln.pending++
 	child.pendingOn = ln

@@ -9,7 +9,7 @@
 //
 // An [EventChannel] delivers events in order ([EventChannel.GetEvent]). An
 // [ID] is created on a channel for one verbs.Context and a port space
-// ([PSTCP]). The active side calls [ID.ResolveAddr], [ID.ResolveRoute],
+// ([PSTCP], [PSUDP], [PSIB]). The active side calls [ID.ResolveAddr], [ID.ResolveRoute],
 // [ID.CreateQP] and [ID.Connect], waiting for ADDR_RESOLVED,
 // ROUTE_RESOLVED and ESTABLISHED (or REJECTED, UNREACHABLE, CONNECT_ERROR).
 // The passive side calls [ID.Bind] and [ID.Listen]; each connection
@@ -48,6 +48,32 @@
 // (4.096 s) up to the REQ's max CM retries; a duplicate REQ before
 // Accept gets an MRA. Timewait lasts 2.048 s.
 //
-// Not yet: UD (PS_UDP / SIDR), IPv6 addresses in tests, LAP/APR, timewait
-// stale-connection checks by QPN, ports other than 4791 for the peer.
+// # UD
+//
+// In the UD port space ([PSUDP], or [PSIB] with a UD QP) CreateQP makes a
+// UD QP in RTS with Q_Key [UDPQKey], Connect sends a SIDR_REQ (resent
+// every 4.096 s, 15 times) and ESTABLISHED carries the peer's QPN, Q_Key
+// and address handle in [Event].UD, as librdmacm's udaddy expects. The
+// passive side gets CONNECT_REQUEST with Event.UD (no QPN: take it from
+// the first datagram's WC.SrcQP) and answers with Accept or Reject (a
+// SIDR_REP). A SIDR_REP with a non-zero status is UNREACHABLE with
+// Event.Status = the status (1: nobody listens, 2: rejected).
+//
+// # Stale connections and timewait
+//
+// As the kernel's cm_match_req: a REQ from a peer QP (QPN, CA GUID) that
+// still has a live connection here is answered with REJ 10 and the old
+// connection gets a DREQ; a copy of a REQ whose connection is in timewait
+// gets REJ 10, also when the passive ID was destroyed before its timewait
+// ended.
+//
+// # Dial and Listen
+//
+// [Dial] and [Listen] / [Listener.Accept] are the Go-shaped layer for RC:
+// they return a [Conn] with its QP in RTS, honour context cancellation
+// (an abandoned Dial sends what rdma_destroy_id sends) and answer the
+// peer's disconnect.
+//
+// Not yet: IPv6 addresses in tests, LAP/APR, multicast, ports other than
+// 4791 for the peer.
 package rdmacm

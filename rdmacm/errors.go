@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 
 	"github.com/tbrdma/tbrdma/verbs"
 )
@@ -24,6 +25,9 @@ var (
 	ErrNotSupported = errors.New("rdmacm: not supported")
 	// ErrAddrInUse: the port is already bound on this device.
 	ErrAddrInUse = errors.New("rdmacm: address in use")
+	// ErrDeviceRemoved: the verbs.Context of the ID was closed
+	// (DEVICE_REMOVAL); destroy the ID and open the device again.
+	ErrDeviceRemoved = errors.New("rdmacm: device removed")
 )
 
 // RejectError is the error of a REJECTED event: the peer's REJ reason and
@@ -37,6 +41,28 @@ func (e *RejectError) Error() string {
 	return fmt.Sprintf("rdmacm: connection rejected: %s (%d)", e.Reason, uint16(e.Reason))
 }
 
+// SIDRError is the error of an UNREACHABLE event that a SIDR_REP with a
+// non-zero status caused (UD port spaces): the status and the replier's
+// private data (136 bytes).
+type SIDRError struct {
+	Status      SIDRStatus
+	PrivateData []byte
+}
+
+func (e *SIDRError) Error() string {
+	return fmt.Sprintf("rdmacm: service ID resolution refused: %s (%d)", e.Status, uint8(e.Status))
+}
+
+// RouteError is the error of a ROUTE_ERROR event.
+type RouteError struct {
+	Dst    netip.Addr
+	Reason string
+}
+
+func (e *RouteError) Error() string {
+	return fmt.Sprintf("rdmacm: no route to %v: %s; bind to an address on the peer's network or pick another peer address", e.Dst, e.Reason)
+}
+
 // TimeoutError is the error of an UNREACHABLE event, and of an address
 // resolution that did not finish in time.
 type TimeoutError struct{ Op string }
@@ -44,5 +70,10 @@ type TimeoutError struct{ Op string }
 func (e *TimeoutError) Error() string { return "rdmacm: " + e.Op + ": timed out" }
 func (e *TimeoutError) Timeout() bool { return true }
 
-// etimedout is librdmacm's status of UNREACHABLE (-ETIMEDOUT).
-const etimedout = -110
+// Negative errnos librdmacm puts in Event.Status.
+const (
+	etimedout   = -110 // UNREACHABLE after the retries
+	einval      = -22
+	enetunreach = -101 // ROUTE_ERROR
+	enodev      = -19  // DEVICE_REMOVAL
+)

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/tbrdma/tbrdma/rdmacm/internal/cmwire"
+	"github.com/tbrdma/tbrdma/verbs"
 )
 
 // EventType is an rdma_cm event type (enum rdma_cm_event_type, same
@@ -55,6 +56,23 @@ const (
 	RejectConsumerDefined  RejectReason = 28 // the application rejected (or rdma_cm validation failed)
 )
 
+// SIDRStatus is the status of a SIDR_REP (IBTA; enum ib_cm_sidr_status).
+// rdma_cm reports a non-zero one as UNREACHABLE with Event.Status = the
+// status.
+type SIDRStatus uint8
+
+// SIDR_REP statuses.
+const (
+	SIDRSuccess     SIDRStatus = 0
+	SIDRUnsupported SIDRStatus = 1 // nothing listens on that port (service ID not supported)
+	SIDRReject      SIDRStatus = 2 // the application rejected, or rdma_cm validation failed
+	SIDRNoQP        SIDRStatus = 3
+	SIDRRedirect    SIDRStatus = 4
+	SIDRBadVersion  SIDRStatus = 5
+)
+
+func (s SIDRStatus) String() string { return cmwire.SIDRStatus(s).String() }
+
 // String returns the kernel's wording (ibcm_reject_msg).
 func (r RejectReason) String() string { return cmwire.RejectReason(r).String() }
 
@@ -79,7 +97,28 @@ type Event struct {
 	// (148). The CM sends private data zero padded, so the length is the
 	// field's, not what the peer supplied.
 	Param ConnParam
+	// UD is set on the events of UD port spaces (PSUDP, and PSIB with a UD
+	// QP) that carry addressing: ESTABLISHED on the active side (the
+	// peer's QPN and Q_Key from the SIDR_REP, and an AH to reach it) and
+	// CONNECT_REQUEST on the passive side (QPN 0: a SIDR_REQ does not
+	// carry the requester's QPN; take it from the first datagram's
+	// WC.SrcQP). rdma_cm's param.ud.
+	UD *UDParam
 }
+
+// UDParam addresses a UD peer (struct rdma_ud_param less its private
+// data, which is in Event.Param).
+type UDParam struct {
+	QPN  verbs.QPN
+	QKey verbs.QKey
+	// AH describes the path to the peer; pass it to PD.CreateAH.
+	AH verbs.AHAttr
+}
+
+// UDPQKey is the Q_Key rdma_cm gives UD QPs of PSUDP and PSIB IDs and
+// announces in its SIDR_REPs (RDMA_UDP_QKEY). Post UD sends to a peer with
+// SendWR.RemoteQKey = Event.UD.QKey.
+const UDPQKey verbs.QKey = verbs.QKey(cmwire.RDMAUDPQKey)
 
 // PrivateData returns e.Param.PrivateData.
 func (e *Event) PrivateData() []byte { return e.Param.PrivateData }

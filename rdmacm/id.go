@@ -21,7 +21,12 @@ type PortSpace uint16
 const (
 	// PSTCP is the port space of reliable connections (RDMA_PS_TCP).
 	PSTCP PortSpace = PortSpace(cmwire.PSTCP)
-	// PSIB allows any QP type (RDMA_PS_IB).
+	// PSUDP is the port space of unreliable datagrams (RDMA_PS_UDP): UD
+	// QPs, "connected" by service ID resolution (SIDR_REQ/SIDR_REP) as
+	// librdmacm's udaddy does.
+	PSUDP PortSpace = PortSpace(cmwire.PSUDP)
+	// PSIB allows any QP type (RDMA_PS_IB): an ID with a UD QP resolves
+	// by SIDR, otherwise it connects RC.
 	PSIB PortSpace = PortSpace(cmwire.PSIB)
 )
 
@@ -85,6 +90,13 @@ type ID struct {
 	pendingOn *ID
 	// estParam is what ESTABLISHED reports on the active side.
 	estParam ConnParam
+	// UD (SIDR): ud is set for PSUDP IDs and PSIB IDs with a UD QP; sidr
+	// is the active side's resolution, sreq the passive side's request.
+	ud   bool
+	sidr *fsm.SIDR
+	sreq *sidrRequest
+	// qpKey indexes a live connection by the peer's (QPN, CA GUID).
+	qkey qpKey
 }
 
 // CreateID creates an ID on vctx in port space ps (rdma_create_id). Its
@@ -93,8 +105,8 @@ func (ch *EventChannel) CreateID(vctx *verbs.Context, ps PortSpace) (*ID, error)
 	if vctx == nil {
 		return nil, fmt.Errorf("rdmacm: create id: no verbs context: %w", ErrInvalidArgument)
 	}
-	if ps != PSTCP && ps != PSIB {
-		return nil, fmt.Errorf("rdmacm: create id: port space %v: %w", ps, ErrNotSupported)
+	if ps != PSTCP && ps != PSUDP && ps != PSIB {
+		return nil, fmt.Errorf("rdmacm: create id: port space %v (use PSTCP, PSUDP or PSIB): %w", ps, ErrNotSupported)
 	}
 	ch.mu.Lock()
 	closed := ch.closed
@@ -102,7 +114,56 @@ func (ch *EventChannel) CreateID(vctx *verbs.Context, ps PortSpace) (*ID, error)
 	if closed {
 		return nil, ErrClosed
 	}
-	return &ID{ch: ch, ps: ps, vctx: vctx, d: acquire(vctx)}, nil
+	d := acquire(vctx)
+	id := &ID{ch: ch, ps: ps, vctx: vctx, d: d, ud: ps == PSUDP}
+	d.mu.Lock()
+	removed := d.removed
+	if !removed {
+		d.ids[id] = struct{}{}
+	}
+	d.mu.Unlock()
+	if removed {
+		d.release()
+		return nil, fmt.Errorf("rdmacm: create id: %w", ErrDeviceRemoved)
+	}
+	return id, nil
+}
+
+// Migrate moves the ID's events to ch (rdma_migrate_id): later events, and
+// those of the ID still queued on its current channel, arrive on ch. A
+// listener's CONNECT_REQUEST IDs keep the channel they were created on.
+func (id *ID) Migrate(ch *EventChannel) error {
+	if ch == nil {
+		return fmt.Errorf("rdmacm: migrate: no channel: %w", ErrInvalidArgument)
+	}
+	d := id.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if id.state == stateDestroyed {
+		return fmt.Errorf("rdmacm: migrate: %w", ErrClosed)
+	}
+	old := id.ch
+	if old == ch {
+		return nil
+	}
+	id.ch = ch
+	old.mu.Lock()
+	var moved []*Event
+	kept := old.queue[:0]
+	for _, ev := range old.queue {
+		if ev.ID == id && ev.Type != EventConnectRequest {
+			moved = append(moved, ev)
+		} else {
+			kept = append(kept, ev)
+		}
+	}
+	clear(old.queue[len(kept):])
+	old.queue = kept
+	old.mu.Unlock()
+	for _, ev := range moved {
+		ch.post(ev)
+	}
+	return nil
 }
 
 // VerbsContext returns the verbs context the ID works on.
@@ -213,7 +274,7 @@ func (id *ID) ResolveAddr(dst string, timeout time.Duration) error {
 		}
 		if err != nil {
 			id.state = stateIdle
-			id.ch.post(&Event{Type: EventAddrError, ID: id, Status: -113, Err: err})
+			id.ch.post(&Event{Type: EventAddrError, ID: id, Status: -113, Err: err}) // -EHOSTUNREACH
 			return
 		}
 		id.setRemoteLocked(netip.AddrPortFrom(addrs[0].Unmap(), uint16(port)))
@@ -233,13 +294,27 @@ func (id *ID) setRemoteLocked(dst netip.AddrPort) {
 
 // ResolveRoute picks the path to the resolved address (rdma_resolve_route):
 // the path MTU is the lesser of 4096 and the device's active MTU.
-// ROUTE_RESOLVED follows.
+// ROUTE_RESOLVED follows, or ROUTE_ERROR (status -ENETUNREACH, a
+// *RouteError) when the bound address cannot reach the peer (see
+// checkRoute); the ID then stays address-resolved, as in rdma_cm.
 func (id *ID) ResolveRoute(timeout time.Duration) error {
 	d := id.d
+	d.mu.Lock()
+	if id.state != stateAddrResolved {
+		d.mu.Unlock()
+		return fmt.Errorf("rdmacm: resolve route: %w", ErrInvalidState)
+	}
+	local, dst := id.local.Addr(), id.peer
+	d.mu.Unlock()
+	rerr := checkRoute(id.vctx, local, dst)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if id.state != stateAddrResolved {
 		return fmt.Errorf("rdmacm: resolve route: %w", ErrInvalidState)
+	}
+	if rerr != nil {
+		id.ch.post(&Event{Type: EventRouteError, ID: id, Status: enetunreach, Err: rerr})
+		return nil
 	}
 	id.pathMTU = min(verbs.MTU4096, id.vctx.ActiveMTU())
 	id.state = stateRouteResolved
@@ -247,15 +322,26 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 	return nil
 }
 
-// CreateQP creates the ID's QP on pd (rdma_create_qp) and moves it to
-// INIT; Connect or Accept moves it on to RTS. attr.Type defaults to RC.
+// CreateQP creates the ID's QP on pd (rdma_create_qp). An RC QP goes to
+// INIT and Connect or Accept moves it on to RTS. A UD QP (PSUDP, or PSIB
+// with attr.Type UD) goes straight to RTS with Q_Key UDPQKey, as
+// librdmacm does. attr.Type defaults to UD for PSUDP IDs and IDs from a
+// SIDR_REQ, RC otherwise.
 func (id *ID) CreateQP(pd *verbs.PD, attr *verbs.QPInitAttr) (*verbs.QP, error) {
 	a := *attr
+	ud := id.isUD() // PSUDP, or a PSIB ID from a SIDR_REQ
 	if a.Type == 0 {
 		a.Type = verbs.QPTypeRC
+		if ud {
+			a.Type = verbs.QPTypeUD
+		}
 	}
-	if a.Type != verbs.QPTypeRC {
-		return nil, fmt.Errorf("rdmacm: create qp: %v: %w", a.Type, ErrNotSupported)
+	switch {
+	case a.Type == verbs.QPTypeRC && !ud:
+	case a.Type == verbs.QPTypeUD && (id.ps == PSUDP || id.ps == PSIB):
+		return id.createUDQP(pd, &a)
+	default:
+		return nil, fmt.Errorf("rdmacm: create qp: %v QP in port space %v (RC: PSTCP or PSIB; UD: PSUDP or PSIB): %w", a.Type, id.ps, ErrNotSupported)
 	}
 	d := id.d
 	d.mu.Lock()
@@ -322,7 +408,15 @@ func clampRes(v uint8) uint8 {
 // p nil means librdmacm's defaults: device-maximum resources, retry and
 // RNR retry 7. ESTABLISHED, REJECTED, UNREACHABLE or CONNECT_ERROR follows;
 // when the ID has a QP it is in RTS before ESTABLISHED.
+//
+// On a UD ID (PSUDP) Connect sends a SIDR_REQ with up to 180 bytes of
+// private data after the CMA header, resent every 4.096 s up to 15 times;
+// ESTABLISHED carries the peer's QPN, Q_Key and AH in Event.UD,
+// UNREACHABLE a refusal (Status = the SIDR status) or the give-up (-110).
 func (id *ID) Connect(p *ConnParam) error {
+	if id.isUD() {
+		return id.connectSIDR(p)
+	}
 	if p == nil {
 		p = &ConnParam{ResponderResources: MaxResources, InitiatorDepth: MaxResources, RetryCount: 7, RNRRetryCount: 7}
 	}
@@ -424,6 +518,7 @@ func (id *ID) onREP(now time.Time, msg cmwire.Message) {
 	pd := append([]byte(nil), rep.PrivateData()...)
 	param := ConnParam{PrivateData: pd, ResponderResources: rep.InitiatorDepth(), InitiatorDepth: rep.ResponderResources(),
 		FlowControl: rep.EndToEndFlowControl(), RNRRetryCount: rep.RNRRetryCount(), SRQ: rep.SRQ(), QPNum: uint32(rep.LocalQPN())}
+	id.indexQP(rep.LocalQPN(), rep.LocalCAGUID())
 	if id.qp == nil {
 		// The application moves its QP and calls Establish.
 		id.ch.post(&Event{Type: EventConnectResponse, ID: id, Param: param})
@@ -437,7 +532,7 @@ func (id *ID) onREP(now time.Time, msg cmwire.Message) {
 			MaxRdAtomic: min(id.param.InitiatorDepth, rep.ResponderResources())})
 	if err != nil {
 		id.apply(now, id.conn.Reject(now, cmwire.RejConsumerDefined, nil, nil))
-		id.ch.post(&Event{Type: EventConnectError, ID: id, Status: -22, Err: fmt.Errorf("rdmacm: %w", err)})
+		id.ch.post(&Event{Type: EventConnectError, ID: id, Status: einval, Err: fmt.Errorf("rdmacm: %w", err)})
 		return
 	}
 	id.estParam = param
@@ -462,6 +557,9 @@ func (id *ID) Establish() error {
 // when the RTU arrives. p nil means librdmacm's defaults: the resources
 // the peer offered (up to the device maximum) and RNR retry 7.
 func (id *ID) Accept(p *ConnParam) error {
+	if id.isUD() {
+		return id.acceptSIDR(p)
+	}
 	d := id.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -519,8 +617,12 @@ func (id *ID) unpend() {
 
 // Reject rejects the connection request of an ID from a CONNECT_REQUEST
 // with REJ reason 28 (consumer defined) and up to 148 bytes of private
-// data (rdma_reject).
+// data (rdma_reject); on a UD ID, with a SIDR_REP of status SIDRReject and
+// up to 136 bytes.
 func (id *ID) Reject(privateData []byte) error {
+	if id.isUD() {
+		return id.rejectSIDR(privateData)
+	}
 	if len(privateData) > cmwire.REJPrivateDataSize {
 		return fmt.Errorf("rdmacm: reject: %d bytes of private data, at most %d: %w", len(privateData), cmwire.REJPrivateDataSize, ErrInvalidArgument)
 	}
@@ -568,13 +670,17 @@ func (id *ID) Destroy() error {
 		d.mu.Unlock()
 		return nil
 	}
+	now := time.Now()
 	if id.conn != nil {
-		r := id.conn.Destroy(time.Now(), d.guid)
+		d.enterTimewait(now, id)
+		r := id.conn.Destroy(now, d.guid)
 		for _, m := range r.Send {
 			d.send(id.peer, m)
 		}
 		d.forget(id)
 	}
+	id.destroySIDR()
+	delete(d.ids, id)
 	id.unpend()
 	if id.bound && d.ports[portKey{id.ps, id.local.Port()}] == id {
 		delete(d.ports, portKey{id.ps, id.local.Port()})
@@ -599,6 +705,7 @@ func (d *dispatcher) forget(id *ID) {
 	if id.rkey != (remoteKey{}) && d.remote[id.rkey] == id {
 		delete(d.remote, id.rkey)
 	}
+	d.unindexQP(id)
 }
 
 // apply sends what a state machine step returned and reports its event.
@@ -630,8 +737,13 @@ func (id *ID) apply(now time.Time, r fsm.Result) {
 	case fsm.EvTimewaitExit:
 		id.ch.post(&Event{Type: EventTimewaitExit, ID: id})
 	}
-	if id.conn.State() == fsm.Closed {
+	switch id.conn.State() {
+	case fsm.Closed:
 		id.unpend()
 		d.forget(id)
+	case fsm.TimeWait:
+		// The kernel drops a connection from its (remote QPN, CA GUID)
+		// index when it enters timewait (cm_enter_timewait).
+		d.unindexQP(id)
 	}
 }

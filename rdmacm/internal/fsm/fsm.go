@@ -71,9 +71,11 @@ const (
 	EvDisconnected
 	// EvTimewaitExit: the timewait timer expired; the connection is Closed.
 	EvTimewaitExit
+	// EvSIDRReply: a SIDR_REP answered our SIDR_REQ; see Result.Msg.
+	EvSIDRReply
 )
 
-var eventNames = [...]string{"none", "got REP", "established", "rejected", "unreachable", "disconnected", "timewait exit"}
+var eventNames = [...]string{"none", "got REP", "established", "rejected", "unreachable", "disconnected", "timewait exit", "SIDR reply"}
 
 func (e Event) String() string {
 	if int(e) < len(eventNames) {
