@@ -340,10 +340,25 @@ func (b *browser) update(now time.Time) []Event {
 		}
 	}
 	b.peers = next
+	sortEvents(evs)
+	return evs
+}
+
+// sortEvents orders events by peer name, interface and type.
+func sortEvents(evs []Event) {
 	slices.SortFunc(evs, func(x, y Event) int {
 		return cmp.Or(cmp.Compare(x.Peer.Name, y.Peer.Name), cmp.Compare(x.Peer.Interface, y.Peer.Interface), cmp.Compare(x.Type, y.Type))
 	})
-	return evs
+}
+
+// dropInterface forgets every record learnt on an interface that went
+// away; the next update reports its peers as Left.
+func (b *browser) dropInterface(ifIndex int) {
+	for k := range b.entries {
+		if k.ifIndex == ifIndex {
+			delete(b.entries, k)
+		}
+	}
 }
 
 // list returns the current peers sorted by name and interface.

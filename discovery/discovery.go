@@ -2,7 +2,6 @@ package discovery
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -201,8 +200,13 @@ type Options struct {
 	// system responder (Avahi, mDNSResponder) publishes.
 	HostName string
 	// Static peers are returned by Browse and Resolve in addition to (and,
-	// for Resolve, before) what mDNS finds. See ParseStaticPeers.
+	// for Resolve, before) what mDNS finds, and reported by Watch. See
+	// ParseStaticPeer, StaticPeers.
 	Static []Peer
+	// StaticFile names a peers file (the format of ReadStaticPeers) whose
+	// peers count as Static ones, after them. Browse and Resolve read it
+	// once; Watch follows changes to it.
+	StaticFile string
 }
 
 func (o *Options) logger() *slog.Logger {
@@ -219,19 +223,12 @@ func (o *Options) timeout() time.Duration {
 	return o.Timeout
 }
 
-// interfaces returns the interfaces to use.
-func (o *Options) interfaces() ([]string, error) {
+// interfaces returns the interfaces named, nil for the Thunderbolt ones.
+func (o *Options) interfaces() []string {
 	if o != nil && len(o.Interfaces) > 0 {
-		return o.Interfaces, nil
+		return o.Interfaces
 	}
-	names, err := listThunderbolt()
-	if err != nil {
-		return nil, fmt.Errorf("list interfaces: %w", err)
-	}
-	if len(names) == 0 {
-		return nil, ErrNoInterface
-	}
-	return names, nil
+	return nil
 }
 
 // EventType says what happened to a peer.

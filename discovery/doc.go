@@ -14,20 +14,32 @@
 //
 // # Object model and lifetime
 //
-//   - [Advertise] probes for its names (renaming "name (2)" on a conflict),
-//     announces three times one second apart, then answers queries by
-//     multicast until [Advertiser.Close], which sends goodbyes (TTL 0) so
-//     that browsers drop the peer within a second. [Advertiser.Update]
-//     republishes changed data. Close is idempotent; an Advertiser that is
-//     not closed keeps its sockets and goroutines.
+//   - [Advertise] probes for its names (renaming "name (2)" on a conflict;
+//     a simultaneous probe for the same name is settled by the tie-break
+//     of RFC 6762 §8.2), announces three times one second apart, then
+//     answers queries by multicast (by unicast for QU questions whose
+//     records it multicast recently) until [Advertiser.Close], which sends
+//     goodbyes (TTL 0) so that browsers drop the peer within a second.
+//     [Advertiser.Update] republishes changed data. Close is idempotent;
+//     an Advertiser that is not closed keeps its sockets and goroutines.
 //   - [Browse] queries for Options.Timeout and returns the [Peer] values
 //     seen; [Watch] keeps querying (1 s, 2 s, 4 s … capped at a minute,
 //     plus refreshes at 80 % and 90 % of each record's TTL) and reports
 //     [Event]s until its context ends; [Resolve] returns one named peer as
-//     soon as it is complete.
-//   - Static peers ([ParseStaticPeer], [StaticPeers], [ReadStaticPeers])
-//     stand in for mDNS on networks without multicast; Browse and Resolve
-//     return them through [Options].Static.
+//     soon as it is complete. Browse and Resolve also send their queries
+//     as legacy one-shot queries, which responders answer at once by
+//     unicast.
+//   - Static peers ([ParseStaticPeer], [StaticPeers], [ReadStaticPeers],
+//     [Options].StaticFile) stand in for mDNS on networks without
+//     multicast; Browse and Resolve return them, Watch reports them as
+//     events and follows changes to the file.
+//
+// Advertisers and watchers follow their interfaces (every 500 ms): a link
+// that goes down or disappears is closed and its peers leave; one that
+// comes back, or a Thunderbolt interface that appears, is used again (the
+// advertiser announces there, the watcher queries at once); an address
+// change makes the advertiser send goodbyes for the addresses that went
+// and announce the new ones.
 //
 // Peers are values; nothing handed out is changed afterwards. All
 // functions and Advertiser methods are safe for concurrent use.

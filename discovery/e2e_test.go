@@ -331,3 +331,38 @@ func TestRemotePeer(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchStaticWithMDNS: with an interface to browse on, Watch reports
+// the static peers first, then what mDNS finds.
+func TestWatchStaticWithMDNS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("uses multicast sockets")
+	}
+	iface := testIface(t)
+	o := testOptions(t, iface)
+	name := "static-mdns-" + uniq()
+	adv, err := Advertise(t.Context(), testService(name), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adv.Close()
+	fixed, err := StaticPeers("lab-static=198.18.0.7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	events, err := Watch(ctx, &Options{Interfaces: o.Interfaces, Logger: o.Logger, Static: fixed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-events:
+		if ev.Type != Appeared || ev.Peer.Name != "lab-static" || !ev.Peer.Static {
+			t.Fatalf("first event %v %+v, want the static peer appearing", ev.Type, ev.Peer)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event")
+	}
+	waitEvent(t, events, Appeared, name, nil)
+}

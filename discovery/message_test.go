@@ -342,8 +342,22 @@ func messageSeeds(t testing.TB) [][]byte {
 		}
 		seeds = append(seeds, b)
 	}
-	p, err := probe(z, true)
+	p, err := probe(z)
 	if err != nil {
+		t.Fatal(err)
+	}
+	seeds = append(seeds, p)
+	// A rival probe for the fuzzed responder's own instance name "lab"
+	// (the §8.2 tie-break path).
+	txt, err := encodeTXT(testService("lab").txt())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rival, err := newZone("lab", "other-tbrdma", 4792, []netip.Addr{netip.MustParseAddr("198.18.0.9")}, txt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err = probe(rival); err != nil {
 		t.Fatal(err)
 	}
 	seeds = append(seeds, p)
@@ -352,6 +366,7 @@ func messageSeeds(t testing.TB) [][]byte {
 	seeds = append(seeds, pack(t, br.query(testIfIndex, t0, []string{instanceFQDN("lab")})))
 	q := new(dns.Msg)
 	q.SetQuestion(instanceFQDN("lab"), dns.TypeANY)
+	q.Id = 4242 // SetQuestion draws a random ID; the seed stays fixed
 	seeds = append(seeds, pack(t, q))
 	a, x := z.answer(dns.Question{Name: serviceName, Qtype: dns.TypePTR, Qclass: dns.ClassINET})
 	seeds = append(seeds, response(t, a...), response(t, x...))

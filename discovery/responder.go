@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,10 +33,56 @@ type responder struct {
 	send  sender
 	log   *slog.Logger
 	// probing is true until probing finished; a conflicting answer seen
-	// meanwhile sets instanceConflict or hostConflict.
+	// meanwhile sets instanceConflict or hostConflict, a simultaneous
+	// probe for one of our names that wins the tie-break sets lost.
 	probing          bool
 	instanceConflict bool
 	hostConflict     bool
+	lost             bool
+	// multicast holds when each record was last multicast on each
+	// interface, for answering QU questions (RFC 6762 §5.4).
+	multicast map[mcastKey]time.Time
+	now       func() time.Time // time.Now; tests replace it
+}
+
+type mcastKey struct {
+	ifIndex int
+	name    string // lowercased
+	rrtype  uint16
+	rdata   string
+}
+
+func (r *responder) clock() time.Time {
+	if r.now != nil {
+		return r.now()
+	}
+	return time.Now()
+}
+
+// noteMulticast records that rrs were multicast on an interface now.
+func (r *responder) noteMulticast(ifIndex int, rrs []dns.RR) {
+	if r.multicast == nil {
+		r.multicast = make(map[mcastKey]time.Time)
+	}
+	now := r.clock()
+	for _, rr := range rrs {
+		h := rr.Header()
+		r.multicast[mcastKey{ifIndex, strings.ToLower(h.Name), h.Rrtype, rdataKey(rr)}] = now
+	}
+}
+
+// multicastRecently reports whether every record of rrs was multicast on
+// the interface within a quarter of its TTL (RFC 6762 §5.4).
+func (r *responder) multicastRecently(ifIndex int, rrs []dns.RR) bool {
+	now := r.clock()
+	for _, rr := range rrs {
+		h := rr.Header()
+		t, ok := r.multicast[mcastKey{ifIndex, strings.ToLower(h.Name), h.Rrtype, rdataKey(rr)}]
+		if !ok || now.Sub(t) > time.Duration(h.Ttl)*time.Second/4 {
+			return false
+		}
+	}
+	return true
 }
 
 // handle processes one received datagram.
@@ -58,6 +105,7 @@ func (r *responder) handle(p packet) {
 		return
 	}
 	if r.probing {
+		r.tieBreak(z, m)
 		return // RFC 6762 §8.1: no answers before probing completes
 	}
 	r.answer(z, m, p)
@@ -95,6 +143,81 @@ func (r *responder) checkConflict(z *zone, m *dns.Msg) {
 	}
 }
 
+// tieBreak handles a probe from another host for one of our names while
+// we probe (RFC 6762 §8.2): the records each side proposes (the authority
+// section) are compared lexicographically; if ours are earlier we lost,
+// and must wait a second and probe again (by then the winner defends its
+// name and we rename). Identical sets (our own probe, looped back) are
+// no conflict.
+func (r *responder) tieBreak(z *zone, m *dns.Msg) {
+	if len(m.Ns) == 0 {
+		return
+	}
+	ours := z.probeRecords()
+	for _, name := range []string{z.instance, z.host} {
+		var theirs, mine []dns.RR
+		for _, rr := range m.Ns {
+			if strings.EqualFold(rr.Header().Name, name) {
+				theirs = append(theirs, rr)
+			}
+		}
+		if len(theirs) == 0 {
+			continue
+		}
+		for _, rr := range ours {
+			if strings.EqualFold(rr.Header().Name, name) {
+				mine = append(mine, rr)
+			}
+		}
+		if compareProbeSets(mine, theirs) < 0 {
+			r.log.Info("mdns simultaneous probe lost the tie-break", "name", name)
+			r.lost = true
+		}
+	}
+}
+
+// compareProbeSets compares two sets of proposed records as RFC 6762
+// §8.2.1 says: each sorted by class (without the cache-flush bit), type
+// and raw uncompressed rdata; then compared record by record; when one is
+// a prefix of the other, the longer set is later.
+func compareProbeSets(a, b []dns.RR) int {
+	ka, kb := probeKeys(a), probeKeys(b)
+	for i := range min(len(ka), len(kb)) {
+		if c := strings.Compare(ka[i], kb[i]); c != 0 {
+			return c
+		}
+	}
+	return len(ka) - len(kb)
+}
+
+// probeKeys returns, sorted, a byte string per record that compares as
+// §8.2 orders records: class, type, rdata.
+func probeKeys(rrs []dns.RR) []string {
+	out := make([]string, 0, len(rrs))
+	for _, rr := range rrs {
+		h := rr.Header()
+		k := []byte{byte(h.Class >> 8 & 0x7f), byte(h.Class), byte(h.Rrtype >> 8), byte(h.Rrtype)}
+		out = append(out, string(append(k, rawRdata(rr)...)))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// rawRdata returns the uncompressed wire form of rr's data; nil if it
+// cannot be packed.
+func rawRdata(rr dns.RR) []byte {
+	buf := make([]byte, dns.Len(rr)+512)
+	end, err := dns.PackRR(rr, buf, 0, nil, false)
+	if err != nil {
+		return nil
+	}
+	hdr, err := dns.PackDomainName(dns.Fqdn(rr.Header().Name), buf[end:], 0, nil, false)
+	if err != nil || hdr+10 > end {
+		return nil
+	}
+	return buf[hdr+10 : end]
+}
+
 // oursOtherType reports whether rr is a record type we publish for that
 // name with several values (A/AAAA): another process of ours on the same
 // host may publish another address set; only a different SRV or TXT, or
@@ -127,9 +250,14 @@ func (r *responder) answer(z *zone, q *dns.Msg, p packet) {
 	legacy := p.from.Port() != mdnsPort // one-shot query (§5.1, §6.7)
 	var ans, extra []dns.RR
 	shared := false
+	// unicast: every question asked for a unicast response (QU, §5.4).
+	unicast := len(q.Question) > 0
 	for _, qu := range q.Question {
 		if qu.Qclass&^cacheFlush != dns.ClassINET && qu.Qclass&^cacheFlush != dns.ClassANY {
 			continue
+		}
+		if qu.Qclass&cacheFlush == 0 {
+			unicast = false
 		}
 		a, x := z.answer(qu)
 		for _, rr := range a {
@@ -166,6 +294,12 @@ func (r *responder) answer(z *zone, q *dns.Msg, p packet) {
 	resp.Answer = ans
 	resp.Extra = ex
 	to := netip.AddrPort{} // multicast
+	// A QU question gets a unicast answer, unless the records were not
+	// multicast within a quarter of their TTL: then everyone's cache
+	// gets them (§5.4).
+	if unicast && !legacy && r.multicastRecently(p.ifIndex, append(ans, ex...)) {
+		to = p.from
+	}
 	if legacy {
 		resp.Id = q.Id
 		resp.Question = q.Question
@@ -181,7 +315,10 @@ func (r *responder) answer(z *zone, q *dns.Msg, p packet) {
 		r.log.Warn("pack mdns response", "err", err)
 		return
 	}
-	if shared && !legacy {
+	if !to.IsValid() {
+		r.noteMulticast(p.ifIndex, append(ans, ex...))
+	}
+	if shared && !to.IsValid() {
 		// Shared records: random 20-120 ms delay (§6).
 		d := 20*time.Millisecond + rand.N(100*time.Millisecond)
 		time.AfterFunc(d, func() { r.send(p.ifIndex, b, to) })
@@ -203,13 +340,13 @@ func knownAnswer(known []dns.RR, rr dns.RR) bool {
 
 // probe returns a probe query for z (RFC 6762 §8.1): ANY questions for
 // the instance and host names, the proposed records in the authority
-// section; the first probe asks for unicast answers (QU).
-func probe(z *zone, first bool) ([]byte, error) {
+// section. The questions ask for multicast answers (QM), also in the
+// first probe where §8.1 suggests QU: on Linux our sockets bind the group
+// address and would never receive a unicast answer, so a defending
+// host's unicast reply would go unseen.
+func probe(z *zone) ([]byte, error) {
 	m := new(dns.Msg)
 	class := uint16(dns.ClassINET)
-	if first {
-		class |= cacheFlush // the QU bit is the same top bit
-	}
 	m.Question = []dns.Question{
 		{Name: z.instance, Qtype: dns.TypeANY, Qclass: class},
 		{Name: z.host, Qtype: dns.TypeANY, Qclass: class},

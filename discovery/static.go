@@ -2,11 +2,17 @@ package discovery
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ParseStaticPeer parses one static peer entry "name=addr", where addr is
@@ -80,4 +86,138 @@ func ReadStaticPeers(r io.Reader) ([]Peer, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// readStaticFile reads a peers file (see ReadStaticPeers).
+func readStaticFile(name string) ([]Peer, []byte, error) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("static peers file: %w (create it, or drop the option)", err)
+	}
+	ps, err := ReadStaticPeers(bytes.NewReader(b))
+	if err != nil {
+		return nil, nil, fmt.Errorf("static peers file %s: %w", name, err)
+	}
+	return ps, b, nil
+}
+
+// staticPeers returns Options.Static followed by the peers of
+// Options.StaticFile.
+func (o *Options) staticPeers() ([]Peer, error) {
+	if o == nil {
+		return nil, nil
+	}
+	ps := slices.Clone(o.Static)
+	if o.StaticFile != "" {
+		fp, _, err := readStaticFile(o.StaticFile)
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, fp...)
+	}
+	return ps, nil
+}
+
+// staticWatch reports the static peers to Watch and follows the peers
+// file.
+type staticWatch struct {
+	log     *slog.Logger
+	fixed   []Peer // Options.Static
+	file    string
+	content []byte // the file as last read
+	peers   map[string]Peer
+}
+
+func newStaticWatch(o *Options) (*staticWatch, error) {
+	s := &staticWatch{log: o.logger(), peers: map[string]Peer{}}
+	if o == nil {
+		return s, nil
+	}
+	s.fixed, s.file = o.Static, o.StaticFile
+	var fp []Peer
+	if s.file != "" {
+		var err error
+		if fp, s.content, err = readStaticFile(s.file); err != nil {
+			return nil, err
+		}
+	}
+	s.peers = s.index(fp)
+	return s, nil
+}
+
+// index returns the static peers by lowercased name; the first entry of a
+// name wins.
+func (s *staticWatch) index(fromFile []Peer) map[string]Peer {
+	m := map[string]Peer{}
+	for _, p := range slices.Concat(s.fixed, fromFile) {
+		k := strings.ToLower(p.Name)
+		if _, dup := m[k]; !dup {
+			m[k] = p
+		}
+	}
+	return m
+}
+
+// initial returns an Appeared event per static peer, sorted by name.
+func (s *staticWatch) initial() []Event {
+	var evs []Event
+	for _, p := range s.peers {
+		evs = append(evs, Event{Appeared, p})
+	}
+	sortEvents(evs)
+	return evs
+}
+
+// run follows the file until ctx ends, sending the changes.
+func (s *staticWatch) run(ctx context.Context, send func([]Event) bool) {
+	if s.file == "" {
+		return
+	}
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		b, err := os.ReadFile(s.file)
+		if err != nil {
+			if s.content != nil {
+				s.log.Warn("static peers file unreadable; keeping the previous list", "file", s.file, "err", err)
+				s.content = nil
+			}
+			continue
+		}
+		if bytes.Equal(b, s.content) {
+			continue
+		}
+		s.content = b
+		fp, err := ReadStaticPeers(bytes.NewReader(b))
+		if err != nil {
+			s.log.Warn("static peers file invalid; keeping the previous list", "file", s.file, "err", err)
+			continue
+		}
+		next := s.index(fp)
+		var evs []Event
+		for k, p := range next {
+			old, ok := s.peers[k]
+			switch {
+			case !ok:
+				evs = append(evs, Event{Appeared, p})
+			case !old.equal(p):
+				evs = append(evs, Event{Changed, p})
+			}
+		}
+		for k, p := range s.peers {
+			if _, ok := next[k]; !ok {
+				evs = append(evs, Event{Left, p})
+			}
+		}
+		s.peers = next
+		sortEvents(evs)
+		if len(evs) > 0 && !send(evs) {
+			return
+		}
+	}
 }

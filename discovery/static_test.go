@@ -1,9 +1,15 @@
 package discovery
 
 import (
+	"context"
+	"log/slog"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestParseStaticPeer(t *testing.T) {
@@ -96,4 +102,107 @@ func TestNoInterface(t *testing.T) {
 	if _, err := Advertise(t.Context(), Service{}, nil); err != ErrNoInterface {
 		t.Errorf("Advertise: %v, want ErrNoInterface", err)
 	}
+}
+
+// TestWatchStatic: Watch reports static peers (Options.Static and
+// StaticFile) as events, and follows the file: added, changed and
+// removed entries; an invalid file keeps the previous list.
+func TestWatchStatic(t *testing.T) {
+	saved := listThunderbolt
+	defer func() { listThunderbolt = saved }()
+	listThunderbolt = func() ([]string, error) { return nil, nil } // static peers only
+
+	file := filepath.Join(t.TempDir(), "peers")
+	write := func(s string) {
+		t.Helper()
+		// Write a temporary file and rename it, as editors do, so the
+		// watch never reads half a file.
+		tmp := file + ".tmp"
+		if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("# lab peers\nlab-b=198.18.0.3\n")
+	fixed, _ := StaticPeers("lab-a=198.18.0.2")
+	if _, err := Watch(t.Context(), &Options{StaticFile: file + ".missing"}); err == nil {
+		t.Error("Watch with a missing peers file: no error")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	events, err := Watch(ctx, &Options{Static: fixed, StaticFile: file, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(typ EventType, name string, port uint16) {
+		t.Helper()
+		select {
+		case ev := <-events:
+			if ev.Type != typ || ev.Peer.Name != name || ev.Peer.Port != port || !ev.Peer.Static {
+				t.Fatalf("event %v %+v, want %v %s port %d (static)", ev.Type, ev.Peer, typ, name, port)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no %v event for %s", typ, name)
+		}
+	}
+	next(Appeared, "lab-a", 4791)
+	next(Appeared, "lab-b", 4791)
+
+	write("lab-b=198.18.0.3:4792\nlab-c=198.18.0.4\n")
+	next(Changed, "lab-b", 4792)
+	next(Appeared, "lab-c", 4791)
+
+	write("lab-b=not-an-address\n") // invalid: logged, list kept
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), "static peers file invalid"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("invalid file not reported; log:\n%s", logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	write("lab-b=198.18.0.3:4792\n")
+	next(Left, "lab-c", 4791)
+
+	cancel()
+	for ev := range events {
+		t.Errorf("event after cancel: %v", ev)
+	}
+
+	// Static peers only, no file: the watch reports them and lasts until
+	// its context ends.
+	ctx, cancel = context.WithCancel(t.Context())
+	defer cancel()
+	if events, err = Watch(ctx, &Options{Static: fixed}); err != nil {
+		t.Fatal(err)
+	}
+	next(Appeared, "lab-a", 4791)
+	select {
+	case ev, open := <-events:
+		t.Fatalf("after the static peers: %v (open %v), want nothing until cancel", ev, open)
+	case <-time.After(100 * time.Millisecond):
+	}
+	cancel()
+	if _, open := <-events; open {
+		t.Error("watch still open after cancel")
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
