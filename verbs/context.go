@@ -77,33 +77,12 @@ type Context struct {
 	done     chan struct{}
 	loopDone chan struct{}
 
-	Counters Counters
+	ctr counters
 
 	// dev is the device the context was opened on by Device.Open (set once,
 	// before Open returns); nil for contexts made by NewContext. See
 	// device.go.
 	dev *Device
-}
-
-// Counters are the per-device event counters.
-type Counters struct {
-	RcvdPackets   atomic.Uint64
-	SentPackets   atomic.Uint64
-	Retransmits   atomic.Uint64 // packets sent again by go-back-N
-	Timeouts      atomic.Uint64 // retransmit timer expiries
-	NAKsSent      atomic.Uint64
-	NAKsRcvd      atomic.Uint64
-	RNRNAKsSent   atomic.Uint64
-	RNRNAKsRcvd   atomic.Uint64
-	DupRequests   atomic.Uint64
-	DropUnknownQP atomic.Uint64
-	DropState     atomic.Uint64 // QP not in a state that accepts the packet
-	DropAddr      atomic.Uint64 // source address is not the QP's peer
-	DropQKey      atomic.Uint64
-	DropPKey      atomic.Uint64
-	DropMalformed atomic.Uint64
-	DropSeq       atomic.Uint64 // out-of-sequence packets dropped after a NAK
-	DropResponse  atomic.Uint64 // unexpected or out-of-order responses
 }
 
 // maxPacket is the largest packet a context builds: headers, a 4096-byte
@@ -284,7 +263,7 @@ func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
 	}
 	r, ok := pd.ctx.mrs.Register(buf, uint32(access), pd.id)
 	if !ok {
-		return nil, fmt.Errorf("verbs: register MR: %d regions registered, the device maximum: %w", MaxMR, ErrResourceLimit)
+		return nil, fmt.Errorf("verbs: register MR: %d regions registered, the device maximum (verbs.MaxMR): deregister MRs no longer in use, or register one larger buffer instead of many small ones: %w", MaxMR, ErrResourceLimit)
 	}
 	return &MR{pd: pd, region: r}, nil
 }
@@ -442,7 +421,7 @@ func (c *Context) flush() {
 			}
 			off += n
 		}
-		c.Counters.SentPackets.Add(uint64(len(batch)))
+		c.ctr.packetsQueuedOut.Add(uint64(len(batch)))
 		for i := range batch {
 			c.putBuf(batch[i].Buf)
 			batch[i] = transport.Message{}
@@ -482,9 +461,9 @@ func (c *Context) recvLoop() {
 }
 
 func (c *Context) handle(m *transport.Message, pkt *wire.Packet) {
-	c.Counters.RcvdPackets.Add(1)
+	c.ctr.packetsHandled.Add(1)
 	if err := pkt.Parse(m.Buf); err != nil {
-		c.Counters.DropMalformed.Add(1)
+		c.ctr.drop(dropReasonOf(wire.ReasonOf(err)))
 		return
 	}
 	qpn := pkt.BTH.DestQP()
@@ -496,11 +475,11 @@ func (c *Context) handle(m *transport.Message, pkt *wire.Packet) {
 	qp := c.qps[qpn]
 	c.mu.RUnlock()
 	if qp == nil {
-		c.Counters.DropUnknownQP.Add(1)
+		c.ctr.drop(DropUnknownQP)
 		return
 	}
 	if pk := pkt.BTH.PKey(); pk&0x7FFF != 0x7FFF {
-		c.Counters.DropPKey.Add(1)
+		c.ctr.drop(DropPKey)
 		return
 	}
 	qp.receive(pkt, m.Addr, m.IPID, time.Now())

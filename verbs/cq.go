@@ -61,7 +61,7 @@ type CQ struct {
 // attached to ch (which may be nil).
 func (c *Context) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 	if cqe < 1 || cqe > MaxCQE {
-		return nil, fmt.Errorf("verbs: create CQ: %d entries, want 1..%d: %w", cqe, MaxCQE, ErrInvalidArgument)
+		return nil, fmt.Errorf("verbs: create CQ: %d entries, want 1..%d (verbs.MaxCQE): ask for fewer entries and poll more often: %w", cqe, MaxCQE, ErrInvalidArgument)
 	}
 	return &CQ{ctx: c, channel: ch, ring: make([]WC, cqe)}, nil
 }

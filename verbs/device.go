@@ -655,7 +655,7 @@ const (
 )
 
 // deviceCapFlags are what a soft device supports: bad P_Key and Q_Key
-// counters (Counters.DropPKey, DropQKey), the current-state check in
+// counters (Counters.Drops[DropPKey], [DropQKey]), the current-state check in
 // modify QP, the system image GUID and RNR NAKs on RC.
 const deviceCapFlags = DeviceBadPKeyCntr | DeviceBadQKeyCntr | DeviceCurrQPStateMod | DeviceSysImageGUID | DeviceRCRNRNAKGen
 

@@ -130,7 +130,7 @@ func TestRCUnderFaults(t *testing.T) {
 			st := n.Stats()
 			t.Logf("network: sent %d lost %d duplicated %d corrupted %d reordered %d; requester timeouts %d retransmits %d",
 				st.Sent, st.Lost, st.Duplicated, st.Corrupted, st.Reordered,
-				p.A.Ctx.Counters.Timeouts.Load(), p.A.Ctx.Counters.Retransmits.Load())
+				p.A.Ctx.Counters().Timeouts, p.A.Ctx.Counters().Retransmits)
 			if st.Lost == 0 || st.Duplicated == 0 || st.Corrupted == 0 || st.Reordered == 0 {
 				t.Errorf("the faults were not exercised: %+v", st)
 			}
@@ -175,8 +175,8 @@ func TestRetryExhaustion(t *testing.T) {
 		for got < 2 {
 			time.Sleep(time.Millisecond)
 			if time.Since(start) > 2*time.Second {
-				c := &a.Ctx.Counters
-				t.Fatalf("no completion after %v: timeouts %d sent %d state %v", time.Since(start), c.Timeouts.Load(), c.SentPackets.Load(), a.QP.State())
+				c := a.Ctx.Counters()
+				t.Fatalf("no completion after %v: timeouts %d sent %d state %v", time.Since(start), c.Timeouts, c.PacketsOut, a.QP.State())
 			}
 			k, _ := a.CQ.Poll(wc[got:])
 			got += k
@@ -223,7 +223,7 @@ func TestRNRRetryExhaustion(t *testing.T) {
 		if elapsed < want || elapsed > want+time.Millisecond {
 			t.Fatalf("RNR_RETRY_EXC_ERR after %v, want %v", elapsed, want)
 		}
-		if got := p.B.Ctx.Counters.RNRNAKsSent.Load(); got != rnrRetry+1 {
+		if got := p.B.Ctx.Counters().RNRNAKsSent; got != rnrRetry+1 {
 			t.Fatalf("responder sent %d RNR NAKs, want %d", got, rnrRetry+1)
 		}
 		p.A.Ctx.Close()

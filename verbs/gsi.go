@@ -83,6 +83,7 @@ func (g *GSI) Send(dst netip.AddrPort, mad []byte) error {
 		PSN: PSN(g.psn.Add(1)-1) & wire.PSNMask}
 	h.DETH = wire.DETHFields{QKey: wire.QKeyGSI, SrcQP: wire.QPNGSI}
 	c.queue(wire.AppendPacket(c.getBuf(), &h, mad), dst)
+	c.ctr.madsOut.Add(1)
 	c.flush()
 	return nil
 }
@@ -99,17 +100,18 @@ func (c *Context) deliverGSI(pkt *wire.Packet, from netip.AddrPort) {
 	g := c.gsi
 	c.mu.RUnlock()
 	if g == nil {
-		c.Counters.DropUnknownQP.Add(1)
+		c.ctr.drop(DropUnknownQP)
 		return
 	}
 	if pkt.BTH.Opcode() != wire.UDSendOnly || pkt.DETH.QKey() != wire.QKeyGSI {
-		c.Counters.DropQKey.Add(1)
+		c.ctr.drop(DropQKey)
 		return
 	}
 	if _, _, err := wire.ParseMAD(pkt.Payload); err != nil || len(pkt.Payload) != wire.MADSize {
-		c.Counters.DropMalformed.Add(1)
+		c.ctr.drop(DropMAD)
 		return
 	}
+	c.ctr.madsIn.Add(1)
 	m := MADPacket{From: from, SrcQP: pkt.DETH.SrcQP()}
 	copy(m.MAD[:], pkt.Payload)
 	select {

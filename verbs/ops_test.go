@@ -104,10 +104,10 @@ func TestUDSendWithGRH(t *testing.T) {
 			t.Fatalf("oversized UD send: %+v", wc[0])
 		}
 		// A wrong Q_Key is dropped and counted.
-		before := b.Ctx.Counters.DropQKey.Load()
+		before := b.Ctx.Counters().Drops[verbs.DropQKey]
 		mustPost(t, a.QP, verbs.SendWR{WRID: 3, Opcode: verbs.WRSend, SGList: []verbs.SGE{a.MR.SGE(0, 4)}, AH: ah,
 			RemoteQPN: b.QP.QPN(), RemoteQKey: 0x22222222})
-		for deadline := time.Now().Add(10 * time.Second); b.Ctx.Counters.DropQKey.Load() == before; {
+		for deadline := time.Now().Add(10 * time.Second); b.Ctx.Counters().Drops[verbs.DropQKey] == before; {
 			if time.Now().After(deadline) {
 				t.Fatal("wrong Q_Key not counted")
 			}
@@ -222,7 +222,7 @@ func TestRNRRecovery(t *testing.T) {
 	a, b := p.A, p.B
 	binary.BigEndian.PutUint32(a.Buf, 0xfeedface)
 	mustPost(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 4)}})
-	for deadline := time.Now().Add(10 * time.Second); b.Ctx.Counters.RNRNAKsSent.Load() == 0; {
+	for deadline := time.Now().Add(10 * time.Second); b.Ctx.Counters().RNRNAKsSent == 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("no RNR NAK")
 		}

@@ -219,7 +219,7 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 	}
 	cp := init.Cap
 	if cp.MaxSendWR < 1 || cp.MaxSendWR > MaxQPWR || (init.SRQ == nil && (cp.MaxRecvWR < 1 || cp.MaxRecvWR > MaxQPWR)) {
-		return nil, fmt.Errorf("verbs: create QP: max_send_wr %d / max_recv_wr %d outside 1..%d: %w", cp.MaxSendWR, cp.MaxRecvWR, MaxQPWR, ErrInvalidArgument)
+		return nil, fmt.Errorf("verbs: create QP: max_send_wr %d / max_recv_wr %d outside 1..%d (verbs.MaxQPWR): set QPInitAttr.Cap within it: %w", cp.MaxSendWR, cp.MaxRecvWR, MaxQPWR, ErrInvalidArgument)
 	}
 	if cp.MaxSendSGE < 1 {
 		cp.MaxSendSGE = 1
@@ -228,7 +228,7 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 		cp.MaxRecvSGE = 1
 	}
 	if cp.MaxSendSGE > MaxSGE || cp.MaxRecvSGE > MaxSGE || cp.MaxInlineData > MaxInlineData || cp.MaxInlineData < 0 {
-		return nil, fmt.Errorf("verbs: create QP: at most %d SGEs and %d inline bytes: %w", MaxSGE, MaxInlineData, ErrInvalidArgument)
+		return nil, fmt.Errorf("verbs: create QP: at most %d SGEs (verbs.MaxSGE) and %d inline bytes (verbs.MaxInlineData): lower QPInitAttr.Cap: %w", MaxSGE, MaxInlineData, ErrInvalidArgument)
 	}
 	if init.SRQ != nil {
 		cp.MaxRecvWR = 0
@@ -248,7 +248,7 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 		return nil, ErrClosed
 	}
 	if len(c.qps) >= MaxQP {
-		return nil, fmt.Errorf("verbs: create QP: %d QPs exist, the device maximum: %w", MaxQP, ErrResourceLimit)
+		return nil, fmt.Errorf("verbs: create QP: %d QPs exist, the device maximum (verbs.MaxQP): close QPs no longer in use, or open a second context: %w", MaxQP, ErrResourceLimit)
 	}
 	for c.qps[c.nextQPN] != nil || c.nextQPN < firstQPN {
 		c.nextQPN = (c.nextQPN + 1) & 0xFFFFFF
@@ -346,7 +346,7 @@ func (qp *QP) modifyLocked(attr *QPAttr, mask QPAttrMask, now time.Time) error {
 		return fmt.Errorf("verbs: modify QP %v: retry_cnt/rnr_retry above 7 or timeout/min_rnr_timer above 31: %w", qp.qpn, ErrInvalidArgument)
 	}
 	if mask&QPAttrMaxQPRdAtomic != 0 && int(attr.MaxRdAtomic) > MaxRdAtomic || mask&QPAttrMaxDestRdAtomic != 0 && int(attr.MaxDestRdAtomic) > MaxRdAtomic {
-		return fmt.Errorf("verbs: modify QP %v: rd_atomic above %d: %w", qp.qpn, MaxRdAtomic, ErrInvalidArgument)
+		return fmt.Errorf("verbs: modify QP %v: max_rd_atomic %d / max_dest_rd_atomic %d above %d (verbs.MaxRdAtomic): ask for fewer outstanding READs and atomics: %w", qp.qpn, attr.MaxRdAtomic, attr.MaxDestRdAtomic, MaxRdAtomic, ErrInvalidArgument)
 	}
 	if mask&QPAttrPort != 0 && attr.PortNum != 1 {
 		return fmt.Errorf("verbs: modify QP %v: port %d does not exist (the only port is 1): %w", qp.qpn, attr.PortNum, ErrInvalidArgument)
@@ -698,6 +698,12 @@ func (qp *QP) flushRQ() {
 
 // fail completes the oldest WQE with status and moves the QP to ERR.
 func (qp *QP) fail(status WCStatus, now time.Time) {
+	switch status {
+	case WCRetryExcErr:
+		qp.ctx.ctr.retryExc.Add(1)
+	case WCRNRRetryExcErr:
+		qp.ctx.ctr.rnrRetryExc.Add(1)
+	}
 	if qp.sqHead != qp.sqTail {
 		w := &qp.sq[qp.sqHead%uint64(len(qp.sq))]
 		wc := WC{WRID: w.wr.WRID, Status: status, Opcode: wcOpcodeFor(w.wr.Opcode), QPN: qp.qpn}
@@ -769,16 +775,16 @@ func (qp *QP) receive(pkt *wire.Packet, from netip.AddrPort, ipID uint16, now ti
 			want = wire.ClassUC
 		}
 		if op.Class() != want {
-			qp.ctx.Counters.DropMalformed.Add(1)
+			qp.ctx.ctr.drop(DropQPType)
 			break
 		}
 		if from.Addr() != qp.dst.Addr() {
-			qp.ctx.Counters.DropAddr.Add(1)
+			qp.ctx.ctr.drop(DropPeer)
 			break
 		}
 		if op.Has(wire.IsRequest) {
 			if qp.state != QPStateRTR && qp.state != QPStateRTS && qp.state != QPStateSQD {
-				qp.ctx.Counters.DropState.Add(1)
+				qp.ctx.ctr.drop(DropState)
 				break
 			}
 			if qp.typ == QPTypeRC {
@@ -788,7 +794,7 @@ func (qp *QP) receive(pkt *wire.Packet, from netip.AddrPort, ipID uint16, now ti
 			}
 		} else {
 			if qp.state != QPStateRTS && qp.state != QPStateSQD {
-				qp.ctx.Counters.DropState.Add(1)
+				qp.ctx.ctr.drop(DropState)
 				break
 			}
 			qp.complete(pkt, now)
@@ -797,11 +803,11 @@ func (qp *QP) receive(pkt *wire.Packet, from netip.AddrPort, ipID uint16, now ti
 		}
 	case QPTypeUD:
 		if op.Class() != wire.ClassUD {
-			qp.ctx.Counters.DropMalformed.Add(1)
+			qp.ctx.ctr.drop(DropQPType)
 			break
 		}
 		if qp.state != QPStateRTR && qp.state != QPStateRTS && qp.state != QPStateSQD {
-			qp.ctx.Counters.DropState.Add(1)
+			qp.ctx.ctr.drop(DropState)
 			break
 		}
 		qp.respondUD(pkt, from, ipID)

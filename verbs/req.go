@@ -305,7 +305,7 @@ func (qp *QP) complete(pkt *wire.Packet, now time.Time) {
 	op := pkt.BTH.Opcode()
 	// A response for a PSN never sent is bogus.
 	if psn.Diff(qp.req.psn) >= 0 {
-		c.Counters.DropResponse.Add(1)
+		c.ctr.drop(DropResponse)
 		return
 	}
 	switch op {
@@ -323,12 +323,12 @@ func (qp *QP) complete(pkt *wire.Packet, now time.Time) {
 			qp.rewind(qp.req.compPSN, now)
 		}
 		if qp.sqHead == qp.sqTail {
-			c.Counters.DropResponse.Add(1)
+			c.ctr.drop(DropResponse)
 			return
 		}
 		w := qp.wqe(qp.sqHead)
 		if !w.wr.Opcode.isAtomic() || w.npkts == 0 || w.first != psn {
-			c.Counters.DropResponse.Add(1)
+			c.ctr.drop(DropResponse)
 			return
 		}
 		var v [8]byte
@@ -345,7 +345,7 @@ func (qp *QP) complete(pkt *wire.Packet, now time.Time) {
 		}
 		qp.handleReadResponse(pkt, psn, op, now)
 	default:
-		c.Counters.DropResponse.Add(1)
+		c.ctr.drop(DropResponse)
 	}
 }
 
@@ -427,7 +427,7 @@ func (qp *QP) handleAck(p PSN, syn wire.Syndrome, now time.Time) {
 			qp.rewind(qp.req.compPSN, now)
 		}
 	case wire.SynRNR:
-		c.Counters.RNRNAKsRcvd.Add(1)
+		c.ctr.rnrNAKsRcvd.Add(1)
 		qp.ackThrough(p.Add(-1), now)
 		if qp.req.rnrLeft == 0 {
 			qp.fail(WCRNRRetryExcErr, now)
@@ -440,7 +440,7 @@ func (qp *QP) handleAck(p PSN, syn wire.Syndrome, now time.Time) {
 		qp.req.retxAt = time.Time{}
 		qp.rewindTo(p)
 	case wire.SynNAK:
-		c.Counters.NAKsRcvd.Add(1)
+		c.ctr.naksRcvd[nakKindOf(syn)].Add(1)
 		if syn.NAK() == wire.NAKPSNSeqError {
 			qp.ackThrough(p.Add(-1), now)
 			if qp.req.inRetry {
@@ -476,7 +476,7 @@ func (qp *QP) handleReadResponse(pkt *wire.Packet, psn PSN, op wire.Opcode, now 
 		// rxe waits for the retransmit timer to recover a gap; tbrdma asks
 		// again at once, once per gap, which a peer sees as a duplicate
 		// READ request and answers by replaying from the missing PSN.
-		c.Counters.DropResponse.Add(1)
+		c.ctr.drop(DropResponse)
 		if psn.Diff(qp.req.compPSN) > 0 && !qp.req.readGap {
 			qp.req.readGap = true
 			qp.rewind(qp.req.compPSN, now)
@@ -484,18 +484,18 @@ func (qp *QP) handleReadResponse(pkt *wire.Packet, psn PSN, op wire.Opcode, now 
 		return
 	}
 	if qp.sqHead == qp.sqTail {
-		c.Counters.DropResponse.Add(1)
+		c.ctr.drop(DropResponse)
 		return
 	}
 	w := qp.wqe(qp.sqHead)
 	if w.wr.Opcode != WRRDMARead || w.sent == 0 {
 		// A READ response that belongs to no READ: a protocol violation.
-		c.Counters.DropResponse.Add(1)
+		c.ctr.drop(DropResponse)
 		return
 	}
 	idx := psn.Diff(w.first)
 	if idx < 0 || int(idx) >= w.npkts || uint64(idx)*uint64(qp.pmtu) != uint64(w.got) {
-		c.Counters.DropResponse.Add(1)
+		c.ctr.drop(DropResponse)
 		return
 	}
 	remaining := w.length - w.got
@@ -526,7 +526,6 @@ func (qp *QP) rewind(p PSN, now time.Time) {
 // rewindTo repositions the requester so that the next packet sent is the
 // one with PSN p, resuming inside a message if p falls there.
 func (qp *QP) rewindTo(p PSN) {
-	qp.req.rdOut = 0
 	resumed := false
 	for i := qp.sqHead; i != qp.sqTail; i++ {
 		w := qp.wqe(i)
@@ -546,21 +545,35 @@ func (qp *QP) rewindTo(p PSN) {
 				k = 0
 			}
 			if w.sent > k {
-				qp.ctx.Counters.Retransmits.Add(uint64(w.sent - k))
+				qp.ctx.ctr.retransmits.Add(uint64(w.sent - k))
 			}
 			w.sent = k
 			qp.sqNext = i
 			qp.req.psn = w.first.Add(k)
 			resumed = true
-			if w.wr.Opcode.isReadLike() {
-				qp.req.rdOut++
-			}
 			continue
 		}
 		if resumed {
-			qp.ctx.Counters.Retransmits.Add(uint64(w.sent))
+			qp.ctx.ctr.retransmits.Add(uint64(w.sent))
 			w.sent = 0
 			w.npkts = 0
+		}
+	}
+	// Count every READ and atomic still holding a responder resource,
+	// those before p included: a sequence NAK rewinds to the responder's
+	// expected PSN, which may lie past READs whose responses are still
+	// missing. Counting only from p let the requester run more READs and
+	// atomics than max_rd_atomic, and the responder, whose saved requests
+	// are a ring of that size, forgot the oldest: its re-request matched
+	// nothing and was dropped, until RETRY_EXC_ERR.
+	qp.req.rdOut = 0
+	for i := qp.sqHead; i != qp.sqTail; i++ {
+		w := qp.wqe(i)
+		if w.npkts == 0 {
+			break
+		}
+		if w.wr.Opcode.isReadLike() {
+			qp.req.rdOut++
 		}
 	}
 	qp.req.noAckPkts = 0
@@ -580,13 +593,19 @@ func (qp *QP) expire(now time.Time) {
 		}
 	}
 	if !qp.req.retxAt.IsZero() && !now.Before(qp.req.retxAt) {
-		qp.ctx.Counters.Timeouts.Add(1)
+		qp.ctx.ctr.timeouts.Add(1)
 		if qp.req.retryLeft == 0 {
 			qp.fail(WCRetryExcErr, now)
 			return
 		}
 		qp.req.retryLeft--
 		qp.req.retxAt = time.Time{}
+		// A new round: its gaps may be re-requested at once again. Left
+		// set, a round whose first READ response (or atomic ACK) was lost
+		// waited out a whole ACK timeout, and spent a retry, although the
+		// responses after it were arriving: at 20 % loss READs ended in
+		// RETRY_EXC_ERR with the peer alive.
+		qp.req.readGap = false
 		qp.rewind(qp.req.compPSN, now)
 		if t := qp.ackTimeout(); t > 0 {
 			qp.req.retxAt = now.Add(t)

@@ -66,13 +66,13 @@ func (qp *QP) respondRC(pkt *wire.Packet, now time.Time) {
 		if !r.nakSent {
 			r.nakSent = true
 			qp.sendAck(r.ePSN, wire.SyndromePSNSeqError)
-			c.Counters.NAKsSent.Add(1)
+			c.ctr.naksSent[NAKSeq].Add(1)
 		}
-		c.Counters.DropSeq.Add(1)
+		c.ctr.drop(DropPSN)
 		return
 	}
 	if d < 0 {
-		c.Counters.DupRequests.Add(1)
+		c.ctr.dupRequests.Add(1)
 		qp.duplicate(pkt, psn, op)
 		return
 	}
@@ -149,6 +149,7 @@ func (qp *QP) respondRC(pkt *wire.Packet, now time.Time) {
 			r.cur = respNone
 			r.inRecv = false
 			r.msn = (r.msn + 1) & 0xFFFFFF
+			c.ctr.executed.Add(1)
 			wc := WC{Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(r.recvOff), SrcQP: qp.attr.DestQPN}
 			if pkt.ImmDt != nil {
 				wc.Flags |= WCFlagWithImm
@@ -214,6 +215,7 @@ func (qp *QP) respondRC(pkt *wire.Packet, now time.Time) {
 		if op.Has(wire.IsLast) || op.Has(wire.IsOnly) {
 			r.cur = respNone
 			r.msn = (r.msn + 1) & 0xFFFFFF
+			c.ctr.executed.Add(1)
 			if imm {
 				wc := WC{Status: WCSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(r.wLen), SrcQP: qp.attr.DestQPN,
 					Flags: WCFlagWithImm, ImmData: pkt.ImmDt.Imm()}
@@ -245,6 +247,7 @@ func (qp *QP) respondRC(pkt *wire.Packet, now time.Time) {
 		}
 		np := npkts(dl, qp.pmtu)
 		r.msn = (r.msn + 1) & 0xFFFFFF
+		c.ctr.executed.Add(1)
 		res := qp.newResource()
 		*res = rdResource{valid: true, first: psn, last: psn.Add(np - 1), va: va, length: dl, rkey: rkey, msn: r.msn}
 		r.ePSN = psn.Add(np)
@@ -272,6 +275,7 @@ func (qp *QP) respondRC(pkt *wire.Packet, now time.Time) {
 			return
 		}
 		r.msn = (r.msn + 1) & 0xFFFFFF
+		c.ctr.executed.Add(1)
 		res := qp.newResource()
 		*res = rdResource{valid: true, atomic: true, first: psn, last: psn, orig: orig, msn: r.msn}
 		r.ePSN = psn.Next()
@@ -321,11 +325,15 @@ func (qp *QP) duplicate(pkt *wire.Packet, psn PSN, op wire.Opcode) {
 			off := uint64(psn.Diff(res.first)) * uint64(qp.pmtu)
 			dl := uint64(pkt.RETH.DMALen())
 			if pkt.RETH.RKey() != RKey(res.rkey) || pkt.RETH.VA() != res.va+off || off+dl > uint64(res.length) {
+				qp.ctx.ctr.drop(DropDuplicate)
 				return
 			}
 			qp.sendReadResponses(res, psn, uint32(off+dl))
 			return
 		}
+		// Older than every saved READ: silently dropped (IBTA 9.7.5.1.2
+		// lets the responder forget old read responses).
+		qp.ctx.ctr.drop(DropDuplicate)
 	case op.IsAtomic():
 		for i := range r.res {
 			res := &r.res[i]
@@ -334,6 +342,7 @@ func (qp *QP) duplicate(pkt *wire.Packet, psn PSN, op wire.Opcode) {
 				return
 			}
 		}
+		qp.ctx.ctr.drop(DropDuplicate)
 	default:
 		qp.sendAck(r.ePSN.Add(-1), wire.SyndromeACK)
 	}
@@ -408,7 +417,7 @@ func (qp *QP) sendAck(psn PSN, syn wire.Syndrome) {
 }
 
 func (qp *QP) rnrNak(psn PSN) {
-	qp.ctx.Counters.RNRNAKsSent.Add(1)
+	qp.ctx.ctr.rnrNAKsSent.Add(1)
 	qp.sendAck(psn, wire.SyndromeRNR(qp.attr.MinRNRTimer))
 }
 
@@ -417,7 +426,7 @@ func (qp *QP) nakInvalid(psn PSN, now time.Time) { qp.nak(psn, wire.SyndromeInva
 // nak sends a fatal NAK and moves the QP to ERR, as rxe's responder does
 // after class B/C/D errors.
 func (qp *QP) nak(psn PSN, syn wire.Syndrome, now time.Time) {
-	qp.ctx.Counters.NAKsSent.Add(1)
+	qp.ctx.ctr.naksSent[nakKindOf(syn)].Add(1)
 	qp.sendAck(psn, syn)
 	qp.rsp.cur = respNone
 	qp.ctx.postAsync(AsyncEvent{Type: EventQPReqErr, QP: qp})
@@ -436,7 +445,7 @@ func (qp *QP) respondUC(pkt *wire.Packet, now time.Time) {
 	if psn != r.ePSN || (r.cur == respNone) != starts {
 		qp.abortUC()
 		if !starts {
-			c.Counters.DropSeq.Add(1)
+			c.ctr.drop(DropPSN)
 			r.ePSN = psn.Next()
 			return
 		}
@@ -445,6 +454,7 @@ func (qp *QP) respondUC(pkt *wire.Packet, now time.Time) {
 	pmtu := uint64(qp.pmtu)
 	n := uint64(len(pkt.Payload))
 	if (op.Has(wire.IsFirst) || op.Has(wire.IsMiddle)) && n != pmtu || n > pmtu {
+		c.ctr.drop(DropLength)
 		qp.abortUC()
 		return
 	}
@@ -453,7 +463,7 @@ func (qp *QP) respondUC(pkt *wire.Packet, now time.Time) {
 		if starts {
 			// A WQE kept from an aborted message is used again.
 			if !r.inRecv && !qp.popRecv(&r.recv) {
-				c.Counters.DropState.Add(1)
+				c.ctr.drop(DropNoRecv)
 				return
 			}
 			r.inRecv = true
@@ -476,6 +486,7 @@ func (qp *QP) respondUC(pkt *wire.Packet, now time.Time) {
 		r.recvOff += n
 		r.cur = respSend
 		if op.Has(wire.IsLast) || op.Has(wire.IsOnly) {
+			c.ctr.executed.Add(1)
 			r.cur = respNone
 			r.inRecv = false
 			wc := WC{Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(r.recvOff), SrcQP: qp.attr.DestQPN}
@@ -487,18 +498,33 @@ func (qp *QP) respondUC(pkt *wire.Packet, now time.Time) {
 		}
 	case op.Has(wire.IsWrite):
 		if qp.attr.AccessFlags&AccessRemoteWrite == 0 {
+			c.ctr.drop(DropAccess)
 			qp.abortUC()
 			return
 		}
 		if pkt.RETH != nil {
 			r.wKey, r.wVA, r.wLen, r.wOff = uint32(pkt.RETH.RKey()), pkt.RETH.VA(), uint64(pkt.RETH.DMALen()), 0
+			// The whole message's range is checked before its first byte
+			// moves, as for RC; UC has no NAK, so it is dropped.
+			if r.wLen > 0 {
+				c.mrs.RLock()
+				_, st := c.mrs.Lookup(r.wKey, qp.pd.id, r.wVA, r.wLen, mem.RemoteWrite)
+				c.mrs.RUnlock()
+				if st != mem.OK {
+					c.ctr.drop(DropAccess)
+					qp.abortUC()
+					return
+				}
+			}
 		}
 		if r.wOff+n > r.wLen || op.Has(wire.IsLast) && r.wOff+n != r.wLen {
+			c.ctr.drop(DropLength)
 			qp.abortUC()
 			return
 		}
 		imm := pkt.ImmDt != nil
 		if imm && !qp.popRecv(&r.recv) {
+			c.ctr.drop(DropNoRecv)
 			qp.abortUC()
 			return
 		}
@@ -510,6 +536,7 @@ func (qp *QP) respondUC(pkt *wire.Packet, now time.Time) {
 			}
 			c.mrs.RUnlock()
 			if st != mem.OK {
+				c.ctr.drop(DropAccess) // deregistered in mid-message
 				qp.abortUC()
 				return
 			}
@@ -517,6 +544,7 @@ func (qp *QP) respondUC(pkt *wire.Packet, now time.Time) {
 		r.wOff += n
 		r.cur = respWrite
 		if op.Has(wire.IsLast) || op.Has(wire.IsOnly) {
+			c.ctr.executed.Add(1)
 			r.cur = respNone
 			if imm {
 				wc := WC{Status: WCSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(r.wLen), SrcQP: qp.attr.DestQPN,
@@ -538,12 +566,12 @@ func (qp *QP) abortUC() {
 func (qp *QP) respondUD(pkt *wire.Packet, from netip.AddrPort, ipID uint16) {
 	c := qp.ctx
 	if pkt.DETH.QKey() != qp.attr.QKey {
-		c.Counters.DropQKey.Add(1)
+		c.ctr.drop(DropQKey)
 		return
 	}
 	rw := &qp.rsp.recv
 	if !qp.popRecv(rw) {
-		c.Counters.DropState.Add(1)
+		c.ctr.drop(DropNoRecv)
 		return
 	}
 	var grh [40]byte
@@ -560,6 +588,9 @@ func (qp *QP) respondUD(pkt *wire.Packet, from netip.AddrPort, ipID uint16) {
 	if pkt.ImmDt != nil {
 		wc.Flags |= WCFlagWithImm
 		wc.ImmData = pkt.ImmDt.Imm()
+	}
+	if wc.Status == WCSuccess {
+		c.ctr.executed.Add(1)
 	}
 	qp.completeRecv(rw, &wc, pkt.BTH.SE())
 }

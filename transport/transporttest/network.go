@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,8 +62,9 @@ type Faults struct {
 	ReorderAfter int
 	ReorderDelay time.Duration
 	// Delay is added to every packet, plus a uniform random part in
-	// [0, Jitter). Jitter reorders packets closer together than it, as
-	// netem does.
+	// [0, Jitter). A constant delay keeps each direction's order (packets
+	// due at the same instant leave in the order they were sent); jitter
+	// reorders packets closer together than it, as netem does.
 	Delay, Jitter time.Duration
 }
 
@@ -121,6 +123,18 @@ type link struct {
 	bad      bool    // Gilbert-Elliott state
 	dropNext int
 	held     []*heldPacket
+	// Delayed packets, by due time and, among equal due times, in the
+	// order they were sent; one timer runs for the earliest.
+	delayed []delayedPacket
+	seq     uint64
+	timer   *time.Timer
+	timerAt time.Time
+}
+
+type delayedPacket struct {
+	due time.Time
+	seq uint64
+	p   packet
 }
 
 type heldPacket struct {
@@ -229,6 +243,8 @@ func (n *Network) Close() error {
 	clear(n.timers)
 	for _, l := range n.links {
 		l.held = nil
+		l.delayed = nil
+		l.timer = nil
 	}
 	for _, e := range n.endpoints {
 		e.closeLocked()
@@ -365,7 +381,9 @@ func (n *Network) releaseHeld(l *link, h *heldPacket) {
 	}
 }
 
-// delay delivers q now or after the link's delay. n.mu is held.
+// delay delivers q now or after the link's delay. Packets due at the same
+// instant are delivered in the order they were sent, so a constant delay
+// never reorders; only jitter does. n.mu is held.
 func (n *Network) delay(l *link, f *Faults, q packet) {
 	d := f.Delay
 	if f.Jitter > 0 {
@@ -375,7 +393,51 @@ func (n *Network) delay(l *link, f *Faults, q packet) {
 		n.deliver(q)
 		return
 	}
-	n.afterFunc(d, func() { n.deliver(q) })
+	due := time.Now().Add(d)
+	l.seq++
+	// Insert after every packet due no later than this one.
+	i := len(l.delayed)
+	for i > 0 && l.delayed[i-1].due.After(due) {
+		i--
+	}
+	l.delayed = slices.Insert(l.delayed, i, delayedPacket{due: due, seq: l.seq, p: q})
+	if i == 0 {
+		n.armLink(l)
+	}
+}
+
+// armLink (re)starts l's timer for its earliest delayed packet. n.mu is
+// held.
+func (n *Network) armLink(l *link) {
+	if len(l.delayed) == 0 {
+		n.stopTimer(l.timer)
+		l.timer, l.timerAt = nil, time.Time{}
+		return
+	}
+	due := l.delayed[0].due
+	if l.timer != nil && l.timerAt.Equal(due) {
+		return
+	}
+	n.stopTimer(l.timer)
+	l.timerAt = due
+	l.timer = n.afterFunc(time.Until(due), func() {
+		l.timer, l.timerAt = nil, time.Time{}
+		n.releaseDelayed(l)
+	})
+}
+
+// releaseDelayed delivers, in order, every delayed packet of l that is
+// due. n.mu is held.
+func (n *Network) releaseDelayed(l *link) {
+	now := time.Now()
+	k := 0
+	for k < len(l.delayed) && !l.delayed[k].due.After(now) {
+		n.deliver(l.delayed[k].p)
+		k++
+	}
+	clear(l.delayed[:k])
+	l.delayed = l.delayed[k:]
+	n.armLink(l)
 }
 
 // afterFunc runs f with n.mu held after d, unless the network closes

@@ -418,6 +418,39 @@ func TestDelayJitter(t *testing.T) {
 	})
 }
 
+// TestDelayKeepsOrder: a constant delay (no jitter) delivers the packets
+// of a direction in the order they were sent, even those sent at the same
+// instant, whose timers are due at the same instant. (A regression test:
+// each packet used to have its own timer, and timers due together fire in
+// no particular order, so a perfect delayed link reordered.)
+func TestDelayKeepsOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nw := NewNetwork(3)
+		defer nw.Close()
+		nw.SetFaults(Faults{Delay: 10 * time.Microsecond})
+		a, b := nw.Attach(addrA), nw.Attach(addrB)
+		r := collect(b)
+		for range 5 {
+			sendN(t, a, 64, 10)
+			time.Sleep(3 * time.Microsecond)
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		got := r.arrivals()
+		if len(got) != 5*64 {
+			t.Fatalf("received %d of %d", len(got), 5*64)
+		}
+		for i, g := range got {
+			if g.psn != i%64 {
+				t.Fatalf("arrival %d is packet %d, want %d: reordered", i, g.psn, i%64)
+			}
+			if want := time.Duration(i/64)*3*time.Microsecond + 10*time.Microsecond; g.at != want {
+				t.Fatalf("packet %d arrived at %v, want %v", i, g.at, want)
+			}
+		}
+	})
+}
+
 // TestCloseWithPacketsInFlight closes a network with delayed and held
 // packets pending: the bubble ends with no goroutine or timer left.
 func TestCloseWithPacketsInFlight(t *testing.T) {

@@ -39,12 +39,24 @@ type Region struct {
 	PD     uint32
 }
 
+// Quarantine is how many recently deregistered keys Register never hands
+// out again: a late request that names an old key finds no region (and
+// gets a remote access error) instead of finding whatever region was
+// registered since. Random 32-bit keys alone would hit one of the last
+// 4096 keys about once in a million registrations.
+const Quarantine = 4096
+
 // Table maps keys to regions. The zero value is not usable; use New.
 type Table struct {
 	mu      sync.RWMutex
 	regions map[uint32]*Region
 	rng     *rand.Rand
 	limit   int
+	// recent holds the last Quarantine deregistered keys, oldest at
+	// recent[next] once the ring is full; inRecent counts them.
+	recent   []uint32
+	next     int
+	inRecent map[uint32]int
 }
 
 // New returns an empty table that holds at most limit regions.
@@ -53,7 +65,8 @@ func New(limit int) *Table {
 	if _, err := crand.Read(seed[:]); err != nil {
 		binary.LittleEndian.PutUint64(seed[:], rand.Uint64())
 	}
-	return &Table{regions: make(map[uint32]*Region), rng: rand.New(rand.NewChaCha8(seed)), limit: limit}
+	return &Table{regions: make(map[uint32]*Region), rng: rand.New(rand.NewChaCha8(seed)), limit: limit,
+		inRecent: make(map[uint32]int)}
 }
 
 // AddrOf returns the virtual address of b[0] (0 for an empty slice).
@@ -65,8 +78,9 @@ func AddrOf(b []byte) uint64 {
 }
 
 // Register adds a region for buf and returns it. Keys are drawn at random
-// from a cryptographic seed, so a peer cannot guess one; 0 and keys in use
-// are never handed out. ok is false when the table is full.
+// from a cryptographic seed, so a peer cannot guess one; 0, keys in use
+// and the last Quarantine deregistered keys are never handed out. ok is
+// false when the table is full.
 func (t *Table) Register(buf []byte, access, pd uint32) (r *Region, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -74,7 +88,7 @@ func (t *Table) Register(buf []byte, access, pd uint32) (r *Region, ok bool) {
 		return nil, false
 	}
 	var key uint32
-	for key == 0 || t.regions[key] != nil {
+	for key == 0 || t.regions[key] != nil || t.inRecent[key] > 0 {
 		key = t.rng.Uint32()
 	}
 	r = &Region{Buf: buf, VA: AddrOf(buf), Key: key, Access: access, PD: pd}
@@ -107,7 +121,24 @@ func (t *Table) Deregister(key uint32) bool {
 		return false
 	}
 	delete(t.regions, key)
+	t.quarantine(key)
 	return true
+}
+
+// quarantine remembers key among the recently deregistered ones. t.mu is
+// held.
+func (t *Table) quarantine(key uint32) {
+	if len(t.recent) < Quarantine {
+		t.recent = append(t.recent, key)
+	} else {
+		old := t.recent[t.next]
+		if t.inRecent[old]--; t.inRecent[old] <= 0 {
+			delete(t.inRecent, old)
+		}
+		t.recent[t.next] = key
+		t.next = (t.next + 1) % Quarantine
+	}
+	t.inRecent[key]++
 }
 
 // Len returns the number of registered regions.

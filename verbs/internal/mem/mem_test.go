@@ -92,3 +92,47 @@ func TestRegisterAt(t *testing.T) {
 		t.Fatal("key 0 was registered")
 	}
 }
+
+// TestKeysNotReusedSoon registers and deregisters many regions one at a
+// time: no key comes back within Quarantine registrations, keys are never
+// sequential, and every key bit is set about half the time.
+func TestKeysNotReusedSoon(t *testing.T) {
+	tb := New(16)
+	const n = 3 * Quarantine
+	keys := make([]uint32, 0, n)
+	last := map[uint32]int{}
+	var ones [32]int
+	sequential := 0
+	for i := range n {
+		r, ok := tb.Register(make([]byte, 8), RemoteWrite, 1)
+		if !ok {
+			t.Fatal("register failed")
+		}
+		if j, seen := last[r.Key]; seen && i-j <= Quarantine {
+			t.Fatalf("key %#x handed out again %d registrations later", r.Key, i-j)
+		}
+		if i > 0 {
+			if d := r.Key - keys[i-1]; d == 1 || d == 256 || d == 1<<24 {
+				sequential++
+			}
+		}
+		last[r.Key] = i
+		keys = append(keys, r.Key)
+		for b := range 32 {
+			ones[b] += int(r.Key >> b & 1)
+		}
+		if !tb.Deregister(r.Key) {
+			t.Fatal("deregister failed")
+		}
+	}
+	if sequential > 2 {
+		t.Errorf("%d of %d keys followed their predecessor by 1, 256 or 2^24", sequential, n)
+	}
+	// Binomial(n, 1/2): mean n/2, standard deviation sqrt(n)/2 ≈ 55; a
+	// bit outside 6 standard deviations is not random.
+	for b, c := range ones {
+		if c < n/2-6*55 || c > n/2+6*55 {
+			t.Errorf("key bit %d was set in %d of %d keys", b, c, n)
+		}
+	}
+}

@@ -17,16 +17,19 @@ import (
 )
 
 type devicesOptions struct {
-	IO      *ui.IO
-	List    func(*verbs.DeviceListOptions) ([]*verbs.Device, error)
-	Kernel  func() []string // kernel RDMA devices (/sys/class/infiniband)
-	Verbose bool
-	All     bool
-	JSON    bool
+	IO     *ui.IO
+	List   func(*verbs.DeviceListOptions) ([]*verbs.Device, error)
+	Kernel func() []string // kernel RDMA devices (/sys/class/infiniband)
+	// Counters opens a device for -v and --json and returns the counters
+	// of that context (see deviceCounters).
+	Counters func(*verbs.Device) (verbs.Counters, error)
+	Verbose  bool
+	All      bool
+	JSON     bool
 }
 
 func newCmdDevices(f *Factory, runF func(*devicesOptions) error) *cobra.Command {
-	opts := &devicesOptions{IO: f.IO, List: verbs.Devices, Kernel: kernelRDMADevices}
+	opts := &devicesOptions{IO: f.IO, List: verbs.Devices, Kernel: kernelRDMADevices, Counters: deviceCounters}
 	cmd := &cobra.Command{
 		Use:   "devices [-v] [--all] [--json]",
 		Short: "List the soft RDMA devices, one per network interface (like ibv_devices / ibv_devinfo)",
@@ -35,6 +38,11 @@ address), Thunderbolt links first. Each shows its netdev, port state, active
 and maximum IB MTU (the largest IB MTU that fits the link MTU less 80 header
 bytes, as rdma_rxe computes it) and node GUID; -v prints an ibv_devinfo -v
 style block per device with the attributes, limits and the GID table.
+-v and --json also open each active device and show the counters of that
+context (packets, drops by reason, retransmits, timeouts, NAKs and RNR NAKs
+sent and received, MADs): a one-shot command shows its own context's
+counters, so they are mostly 0; "unavailable" says why a device could not be
+opened (a serve already bound to UDP 4791 on it, for instance).
 Kernel RDMA devices (/sys/class/infiniband, e.g. an rdma_rxe "rxe0") are listed
 too, marked as such: tbrdma does not use them, but it cannot share UDP port
 4791 on their addresses.`,
@@ -47,7 +55,7 @@ too, marked as such: tbrdma does not use them, but it cannot share UDP port
 			return runDevices(opts)
 		},
 	}
-	cmd.Flags().BoolVarP(&opts.Verbose, "verbose", "v", false, "print all attributes and the GID table (ibv_devinfo -v)")
+	cmd.Flags().BoolVarP(&opts.Verbose, "verbose", "v", false, "print all attributes, the GID table and the counters (ibv_devinfo -v)")
 	cmd.Flags().BoolVar(&opts.All, "all", false, "also list loopback, down and address-less interfaces")
 	cmd.Flags().BoolVar(&opts.JSON, "json", false, "one JSON object per device (schemaVersion 1)")
 	return cmd
@@ -60,14 +68,14 @@ func runDevices(o *devicesOptions) error {
 	}
 	kernel := o.Kernel()
 	if o.JSON {
-		return devicesJSON(o.IO.Out, devs, kernel)
+		return devicesJSON(o.IO.Out, devs, kernel, o.Counters)
 	}
 	if len(devs) == 0 && len(kernel) == 0 {
 		return fmt.Errorf("no devices: no network interface is up with an address (try --all, or bring up the Thunderbolt link: see docs/tutorial.md)")
 	}
 	if o.Verbose {
 		for _, d := range devs {
-			writeDevinfo(o.IO.Out, d)
+			writeDevinfo(o.IO.Out, d, o.Counters)
 		}
 		for _, k := range kernel {
 			fmt.Fprintf(o.IO.Out, "hca_id:\t%s\t(kernel RDMA device; see ibv_devinfo -d %s)\n\n", k, k)
@@ -125,9 +133,28 @@ func shortState(s verbs.PortState) string {
 	return strings.TrimPrefix(s.String(), "PORT_")
 }
 
+// deviceCounters opens d, takes the counter snapshot of that fresh context
+// and closes it. A one-shot command thus shows the counters of its own
+// context (packets, drops by reason, retransmits, NAKs …), not those of
+// another process such as a running serve; the error says why a device
+// could not be opened (down, no address, UDP port 4791 taken).
+func deviceCounters(d *verbs.Device) (verbs.Counters, error) {
+	if d.PortState != verbs.PortActive || len(d.GIDs) == 0 {
+		return verbs.Counters{}, fmt.Errorf("port %s", shortState(d.PortState))
+	}
+	ctx, err := d.Open(nil)
+	if err != nil {
+		return verbs.Counters{}, err
+	}
+	c := ctx.Counters()
+	ctx.Close()
+	return c, nil
+}
+
 // writeDevinfo prints one device the way ibv_devinfo -v does (labels and
-// tabs), so that the two can be compared line by line.
-func writeDevinfo(w io.Writer, d *verbs.Device) {
+// tabs), so that the two can be compared line by line, followed by the
+// counters of a context this process opens on it.
+func writeDevinfo(w io.Writer, d *verbs.Device, counters func(*verbs.Device) (verbs.Counters, error)) {
 	a := d.QueryDevice()
 	p, _ := d.QueryPort(1)
 	fmt.Fprintf(w, "hca_id:\t%s\n", d.Name)
@@ -185,6 +212,17 @@ func writeDevinfo(w io.Writer, d *verbs.Device) {
 	for _, g := range d.GIDs {
 		fmt.Fprintf(w, "\t\t\tGID[%3d]:\t\t%v, %v\n", g.Index, g.GID, g.Type)
 	}
+	if counters != nil {
+		c, err := counters(d)
+		if err != nil {
+			fmt.Fprintf(w, "\tcounters:\t\t\tunavailable: %v\n", err)
+		} else {
+			fmt.Fprintf(w, "\tcounters (this process's context):\n")
+			for _, f := range c.Fields() {
+				fmt.Fprintf(w, "\t\t%-24s%d\n", f.Name+":", f.Value)
+			}
+		}
+	}
 	fmt.Fprintln(w)
 }
 
@@ -219,6 +257,10 @@ type deviceJSON struct {
 	MaxMTUBytes    int       `json:"max_mtu_bytes,omitempty"`
 	LinkSpeedBps   uint64    `json:"link_speed_bps,omitempty"`
 	GIDs           []gidJSON `json:"gids,omitempty"`
+	// Counters of a context this process opened on the device (names as
+	// verbs.Counters.Fields), or why it could not open one.
+	Counters      map[string]uint64 `json:"counters,omitempty"`
+	CountersError string            `json:"counters_error,omitempty"`
 }
 
 type gidJSON struct {
@@ -228,7 +270,7 @@ type gidJSON struct {
 	Addr  string `json:"addr"`
 }
 
-func devicesJSON(w io.Writer, devs []*verbs.Device, kernel []string) error {
+func devicesJSON(w io.Writer, devs []*verbs.Device, kernel []string, counters func(*verbs.Device) (verbs.Counters, error)) error {
 	enc := json.NewEncoder(w)
 	for _, d := range devs {
 		row := deviceJSON{SchemaVersion: 1, Name: d.Name, Kind: "tbrdma", Netdev: d.Netdev, Thunderbolt: d.Thunderbolt,
@@ -236,6 +278,16 @@ func devicesJSON(w io.Writer, devs []*verbs.Device, kernel []string) error {
 			ActiveMTUBytes: d.ActiveMTU.Bytes(), MaxMTUBytes: d.MaxMTU.Bytes(), LinkSpeedBps: d.Interface.Speed}
 		for _, g := range d.GIDs {
 			row.GIDs = append(row.GIDs, gidJSON{Index: g.Index, GID: g.GID.String(), Type: g.Type.String(), Addr: g.Addr.String()})
+		}
+		if counters != nil {
+			if c, err := counters(d); err != nil {
+				row.CountersError = err.Error()
+			} else {
+				row.Counters = make(map[string]uint64)
+				for _, f := range c.Fields() {
+					row.Counters[f.Name] = f.Value
+				}
+			}
 		}
 		if err := enc.Encode(row); err != nil {
 			return err

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/netip"
 	"strings"
@@ -77,6 +78,55 @@ func TestDevicesJSON(t *testing.T) {
 	}
 	if !strings.Contains(lines[1], `"kind":"kernel"`) {
 		t.Fatalf("kernel row %s", lines[1])
+	}
+}
+
+// fakeCounters is the counter snapshot of the fake device's context.
+func fakeCounters(d *verbs.Device) (verbs.Counters, error) {
+	if d.Name != "tb_thunderbolt0" {
+		return verbs.Counters{}, errors.New("port DOWN")
+	}
+	c := verbs.Counters{PacketsIn: 12, Retransmits: 3}
+	c.NAKsSent[verbs.NAKRemAccess] = 2
+	c.Drops[verbs.DropICRC] = 5
+	return c, nil
+}
+
+// TestDevicesCounters: -v and --json show the counters of the context the
+// command opened, or why there is none.
+func TestDevicesCounters(t *testing.T) {
+	f, out, _ := testFactory()
+	o := &devicesOptions{IO: f.IO, List: fakeDevices, Kernel: func() []string { return nil }, Counters: fakeCounters, Verbose: true}
+	if err := runDevices(o); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"\tcounters (this process's context):\n", "\t\tpackets_in:             12\n",
+		"\t\tretransmits:            3\n", "\t\tnaks_sent_rem_access:   2\n", "\t\tdrop_icrc:              5\n"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("-v output lacks %q:\n%s", w, out)
+		}
+	}
+	f, out, _ = testFactory()
+	o = &devicesOptions{IO: f.IO, List: fakeDevices, Kernel: func() []string { return nil }, Counters: fakeCounters, JSON: true}
+	if err := runDevices(o); err != nil {
+		t.Fatal(err)
+	}
+	var row deviceJSON
+	if err := json.Unmarshal(out.Bytes(), &row); err != nil {
+		t.Fatal(err)
+	}
+	if row.Counters["packets_in"] != 12 || row.Counters["drop_icrc"] != 5 || row.Counters["naks_sent_rem_access"] != 2 ||
+		row.CountersError != "" || len(row.Counters) != len((&verbs.Counters{}).Fields()) {
+		t.Errorf("JSON counters %v (error %q)", row.Counters, row.CountersError)
+	}
+	f, out, _ = testFactory()
+	o = &devicesOptions{IO: f.IO, List: fakeDevices, Kernel: func() []string { return nil }, Verbose: true,
+		Counters: func(*verbs.Device) (verbs.Counters, error) { return verbs.Counters{}, errors.New("UDP 4791 in use") }}
+	if err := runDevices(o); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "\tcounters:\t\t\tunavailable: UDP 4791 in use\n") {
+		t.Errorf("-v output lacks the reason counters are unavailable:\n%s", out)
 	}
 }
 
