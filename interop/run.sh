@@ -1,228 +1,465 @@
 #!/bin/bash
-# Interop of tbrdma (host network namespace, 198.18.0.1) with the real Linux
-# SoftRoCE driver rdma_rxe and the stock tools (ibv_rc_pingpong, perftest) in
-# a qemu guest (198.18.0.2), both roles. One guest boot runs every selected
-# test in turn; the guest and this script hand over with flag files in the
-# run directory (the guest's /job, a 9p share). Every test's traffic is
-# captured on the namespace's bridge and every RoCEv2 ICRC checked with
-# interop/icrccheck. Prints a pass/fail table; exits 0 only if all passed.
+# The interop suite: tbrdma (in a host network namespace, 198.18.0.1) against
+# the stock Linux SoftRoCE driver rdma_rxe and the stock tools (ibv_*_pingpong,
+# perftest, rping, ...) in a Debian 12 qemu guest (198.18.0.2), each pairing
+# in both roles. The pairings are the lines of interop/matrix.txt.
 #
-# Usage (as root, from anywhere):
-#   interop/run.sh [-o OUTDIR] [-k] [-l] [TEST...]
-#     TEST     test names or shell patterns (default: all); -l lists them
-#     -o DIR   results directory (default /var/tmp/tbrdma-interop/<time>)
-#     -k       keep the namespace up afterwards
-# Needs the rxe-vm guest image (../shared/tools/rxe-vm, build-image.sh) and
-# uses its net-up.sh, run-pair.sh and net-down.sh. Only one run-pair.sh may
-# run on a machine at a time.
-set -euo pipefail
-HERE=$(cd "$(dirname "$0")" && pwd)
+# One command does everything: installs missing host packages (apt), builds
+# the guest image unless the cached one is current (interop/vm/build-image.sh),
+# builds tbrdma once, boots one guest that runs every selected pairing in
+# turn, captures each pairing on the bridge, checks every RoCEv2 packet
+# (ICRC and structure with interop/icrccheck, decode with tshark) and prints
+# a pass/fail table with each tool's verdict and the data checks. Exits 0
+# only if every pairing passed.
+#
+# Usage (as root):  interop/run.sh [-o DIR] [-f MATRIX] [-p] [-k] [-l] [PATTERN...]
+#   PATTERN  pairing names or shell patterns (default: all); -l lists them
+#   -o DIR   results directory (default /var/tmp/tbrdma-interop/<date-time>)
+#   -f FILE  another matrix file (default interop/matrix.txt)
+#   -p       prune: delete the captures of pairings that passed (CI)
+#   -k       keep the network namespace afterwards
+# Environment: PAIR_TIMEOUT (seconds per tool run, default 180), TBRDMA_BIN
+# (use this tbrdma binary instead of building ./cmd/tbrdma), the TBVM_*
+# settings of interop/vm/config.sh (cache directory, addresses, ...).
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
-RXEVM=${RXEVM:-$(cd "$ROOT/../shared/tools/rxe-vm" 2>/dev/null && pwd || echo /work/shared/tools/rxe-vm)}
-. "$RXEVM/common.sh"     # NETNS HOST_IP IP_A RUNS_DIR BRIDGE ...
+. "$HERE/vm/lib.sh"
 
-OUT= KEEP=0 LIST=0
-while getopts o:kl opt; do
-    case $opt in o) OUT=$OPTARG ;; k) KEEP=1 ;; l) LIST=1 ;; *) exit 2 ;; esac
+OUT= PRUNE=0 KEEP_NET=0 LIST=0 MATRIX=$HERE/matrix.txt
+PAIR_TIMEOUT=${PAIR_TIMEOUT:-180}
+while getopts o:f:pkl opt; do
+    case $opt in
+    o) OUT=$OPTARG ;; f) MATRIX=$OPTARG ;; p) PRUNE=1 ;; k) KEEP_NET=1 ;; l) LIST=1 ;;
+    *) echo "usage: $0 [-o DIR] [-f MATRIX] [-p] [-k] [-l] [PATTERN...]" >&2; exit 2 ;;
+    esac
 done
-shift $((OPTIND-1))
+shift $((OPTIND - 1))
 
-G1='-d rxe0 -x $G -F --qp-timeout=20'   # perftest flags in the guest ($G: the IPv4 GID index)
-# name | guest role | guest command | tbrdma arguments
-# guest role "client": the guest connects to tbrdma (tbrdma serves);
-# "server": the guest serves and tbrdma connects.
-TESTS=(
-"pingpong-64-tbserver|client|ibv_rc_pingpong -d rxe0 -g \$G -n 20 -s 64 -c $HOST_IP|pingpong --bind $HOST_IP -n 20 -s 64 -c"
-"pingpong-8192-tbserver|client|ibv_rc_pingpong -d rxe0 -g \$G -n 20 -s 8192 -c $HOST_IP|pingpong --bind $HOST_IP -n 20 -s 8192 -c"
-"pingpong-64-tbclient|server|ibv_rc_pingpong -d rxe0 -g \$G -n 20 -s 64 -c|pingpong --bind $HOST_IP -g 1 -n 20 -s 64 -c $IP_A"
-"pingpong-8192-tbclient|server|ibv_rc_pingpong -d rxe0 -g \$G -n 20 -s 8192 -c|pingpong --bind $HOST_IP -g 1 -n 20 -s 8192 -c $IP_A"
-"read-lat-tbclient|server|ib_read_lat $G1 -n 20 -s 64|read-lat --bind $HOST_IP -x 1 -n 20 -s 64 $IP_A"
-"read-lat-8192-m1024-tbclient|server|ib_read_lat $G1 -m 1024 -n 20 -s 8192|read-lat --bind $HOST_IP -x 1 -m 1024 -n 20 -s 8192 $IP_A"
-"atomic-fa-tbclient|server|ib_atomic_lat $G1 -n 20 -A FETCH_AND_ADD|atomic-lat --bind $HOST_IP -x 1 -n 20 -A FETCH_AND_ADD $IP_A"
-"atomic-cs-tbclient|server|ib_atomic_lat $G1 -n 20 -A CMP_AND_SWAP|atomic-lat --bind $HOST_IP -x 1 -n 20 -A CMP_AND_SWAP $IP_A"
-"write-bw-tbclient|server|ib_write_bw $G1 -n 20 -s 65536|write-bw --bind $HOST_IP -x 1 -n 20 -s 65536 $IP_A"
-"read-lat-tbserver|client|ib_read_lat $G1 -n 20 -s 64 $HOST_IP|read-lat --bind $HOST_IP -x 1 -n 20 -s 64"
-"read-lat-8192-m1024-tbserver|client|ib_read_lat $G1 -m 1024 -n 20 -s 8192 $HOST_IP|read-lat --bind $HOST_IP -x 1 -m 1024 -n 20 -s 8192"
-"atomic-fa-tbserver|client|ib_atomic_lat $G1 -n 20 -A FETCH_AND_ADD $HOST_IP|atomic-lat --bind $HOST_IP -x 1 -n 20 -A FETCH_AND_ADD"
-"atomic-cs-tbserver|client|ib_atomic_lat $G1 -n 20 -A CMP_AND_SWAP $HOST_IP|atomic-lat --bind $HOST_IP -x 1 -n 20 -A CMP_AND_SWAP"
-"write-bw-tbserver|client|ib_write_bw $G1 -n 20 -s 65536 $HOST_IP|write-bw --bind $HOST_IP -x 1 -n 20 -s 65536"
-"pingpong-4096-n500-tbserver|client|ibv_rc_pingpong -d rxe0 -g \$G -n 500 -c $HOST_IP|pingpong --bind $HOST_IP -n 500 -c"
-"pingpong-4096-n500-tbclient|server|ibv_rc_pingpong -d rxe0 -g \$G -n 500 -c|pingpong --bind $HOST_IP -g 1 -n 500 -c $IP_A"
-"write-bw-n300-tbclient|server|ib_write_bw $G1 -n 300 -s 65536|write-bw --bind $HOST_IP -x 1 -n 300 -s 65536 $IP_A"
-"write-bw-n300-tbserver|client|ib_write_bw $G1 -n 300 -s 65536 $HOST_IP|write-bw --bind $HOST_IP -x 1 -n 300 -s 65536"
-"send-lat-tbclient|server|ib_send_lat $G1 -n 20|send-lat --bind $HOST_IP -x 1 -n 20 $IP_A"
-"send-lat-tbserver|client|ib_send_lat $G1 -n 20 $HOST_IP|send-lat --bind $HOST_IP -x 1 -n 20"
-"send-lat-8192-m1024-tbclient|server|ib_send_lat $G1 -m 1024 -n 20 -s 8192|send-lat --bind $HOST_IP -x 1 -m 1024 -n 20 -s 8192 $IP_A"
-"send-lat-8192-m1024-tbserver|client|ib_send_lat $G1 -m 1024 -n 20 -s 8192 $HOST_IP|send-lat --bind $HOST_IP -x 1 -m 1024 -n 20 -s 8192"
-"send-bw-tbclient|server|ib_send_bw $G1 -n 20 -s 65536|send-bw --bind $HOST_IP -x 1 -n 20 -s 65536 $IP_A"
-"send-bw-tbserver|client|ib_send_bw $G1 -n 20 -s 65536 $HOST_IP|send-bw --bind $HOST_IP -x 1 -n 20 -s 65536"
-"send-bw-all-tbclient|server|ib_send_bw $G1 -a -n 5|send-bw --bind $HOST_IP -x 1 -a -n 5 $IP_A"
-"write-lat-tbclient|server|ib_write_lat $G1 -n 20 -s 32|write-lat --bind $HOST_IP -x 1 -n 20 -s 32 $IP_A"
-"write-lat-tbserver|client|ib_write_lat $G1 -n 20 -s 32 $HOST_IP|write-lat --bind $HOST_IP -x 1 -n 20 -s 32"
-"write-lat-8192-m1024-tbclient|server|ib_write_lat $G1 -m 1024 -n 20 -s 8192|write-lat --bind $HOST_IP -x 1 -m 1024 -n 20 -s 8192 $IP_A"
-"write-lat-8192-m1024-tbserver|client|ib_write_lat $G1 -m 1024 -n 20 -s 8192 $HOST_IP|write-lat --bind $HOST_IP -x 1 -m 1024 -n 20 -s 8192"
-"read-bw-tbclient|server|ib_read_bw $G1 -n 20 -s 65536|read-bw --bind $HOST_IP -x 1 -n 20 -s 65536 $IP_A"
-"read-bw-tbserver|client|ib_read_bw $G1 -n 20 -s 65536 $HOST_IP|read-bw --bind $HOST_IP -x 1 -n 20 -s 65536"
-)
-
-SEL=()
-for t in "${TESTS[@]}"; do
-    name=${t%%|*}
-    if [ $# = 0 ]; then SEL+=("$t"); continue; fi
+# ------------------------------------------------------------------ matrix
+[ -r "$MATRIX" ] || tbvm_die "cannot read the matrix file $MATRIX"
+NAMES=() SERVER=() READY=() GCMD=() TARGS=()
+trim() { local s=$1; s=${s#"${s%%[![:space:]]*}"}; s=${s%"${s##*[![:space:]]}"}; printf '%s' "$s"; }
+lineno=0
+while IFS= read -r line || [ -n "$line" ]; do
+    lineno=$((lineno + 1))
+    case $(trim "$line") in '' | '#'*) continue ;; esac
+    IFS='|' read -r f1 f2 f3 f4 f5 extra <<<"$line"
+    name=$(trim "$f1") server=$(trim "$f2") ready=$(trim "$f3") gcmd=$(trim "$f4") targs=$(trim "${f5:-}")
+    [ -z "${extra:-}" ] && [ -n "$targs" ] || tbvm_die "$MATRIX line $lineno: want 5 fields separated by |: name | server | ready | guest command | tbrdma arguments"
+    [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || tbvm_die "$MATRIX line $lineno: name '$name' may only hold letters, digits, '.', '_' and '-'"
+    [[ $server == guest || $server == tbrdma ]] || tbvm_die "$MATRIX line $lineno: server must be 'guest' or 'tbrdma', not '$server'"
+    [[ $ready =~ ^(tcp|cm):[0-9]+$ ]] || tbvm_die "$MATRIX line $lineno: ready must be tcp:PORT or cm:PORT, not '$ready'"
+    for n in "${NAMES[@]}"; do [ "$n" != "$name" ] || tbvm_die "$MATRIX line $lineno: pairing $name is there twice"; done
+    sel=0
+    if [ $# = 0 ]; then sel=1; fi
     for pat in "$@"; do
         # shellcheck disable=SC2053
-        if [[ $name == $pat ]]; then SEL+=("$t"); break; fi
+        [[ $name == $pat ]] && sel=1
     done
-done
-if [ $LIST = 1 ]; then for t in "${TESTS[@]}"; do echo "${t%%|*}"; done; exit 0; fi
-[ ${#SEL[@]} -gt 0 ] || die "no test matches: $*"
-need_root
+    if [ $LIST = 1 ]; then
+        printf '%-32s %-7s %s\n' "$name" "$server" "${gcmd%% *}"
+        continue
+    fi
+    [ $sel = 1 ] || continue
+    NAMES+=("$name") SERVER+=("$server") READY+=("$ready") GCMD+=("$gcmd") TARGS+=("$targs")
+done <"$MATRIX"
+[ $LIST = 1 ] && exit 0
+[ ${#NAMES[@]} -gt 0 ] || tbvm_die "no pairing in $MATRIX matches: $* (interop/run.sh -l lists them)"
 
-STAMP=$(date +%Y%m%d-%H%M%S)
-OUT=${OUT:-/var/tmp/tbrdma-interop/$STAMP}
-mkdir -p "$OUT"
-NAME=tbrdma-interop
-RUN=$RUNS_DIR/$NAME
-DRIVER_PID=
+tbvm_need_root "interop/run.sh"
+T_START=$SECONDS
+OUT=${OUT:-/var/tmp/tbrdma-interop/$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT" || tbvm_die "cannot create the results directory $OUT"
+OUT=$(cd "$OUT" && pwd)
+RUN=$OUT/guest   # the guest's /job
+rm -rf "$RUN"
+mkdir -p "$RUN/flags" "$RUN/res"
+HOST=$TBVM_HOST_IP GUEST=$TBVM_GUEST_IP
+PERFTEST="--bind $HOST -x 1 -F --qp-timeout=20"   # for the tbrdma arguments in the matrix
+TB_PID=
 cleanup() {
-    [ -n "$DRIVER_PID" ] && kill "$DRIVER_PID" 2>/dev/null || true
-    if [ -s "$OUT/.tcpdump.pid" ]; then kill -TERM "$(cat "$OUT/.tcpdump.pid")" 2>/dev/null || true; fi
-    if [ $KEEP = 0 ]; then "$RXEVM/net-down.sh" >/dev/null 2>&1 || true; fi
+    [ -n "$TB_PID" ] && kill -KILL "$TB_PID" 2>/dev/null
+    [ -n "${TBVM_TCPDUMP_PID:-}" ] && kill -TERM "$TBVM_TCPDUMP_PID" 2>/dev/null
+    tbvm_stop_guest
+    [ $KEEP_NET = 1 ] || tbvm_net_down
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
-log "building tbrdma and icrccheck into $OUT"
-(cd "$ROOT" && go build -o "$OUT/tbrdma" ./cmd/tbrdma && go build -o "$OUT/icrccheck" ./interop/icrccheck)
-TB=$OUT/tbrdma
-"$RXEVM/net-up.sh" >/dev/null
+# ---------------------------------------------------------------- prepare
+"$HERE/vm/host-deps.sh" || exit 1
+t0=$SECONDS
+"$HERE/vm/build-image.sh" || exit 1
+T_IMAGE=$((SECONDS - t0))
+if [ -n "${TBRDMA_BIN:-}" ]; then
+    tbvm_log "using the tbrdma binary $TBRDMA_BIN (TBRDMA_BIN); building icrccheck into $OUT"
+    cp "$TBRDMA_BIN" "$OUT/tbrdma" || tbvm_die "cannot copy TBRDMA_BIN=$TBRDMA_BIN"
+else
+    tbvm_log "building tbrdma and icrccheck into $OUT"
+    (cd "$ROOT" && go build -o "$OUT/tbrdma" ./cmd/tbrdma) || tbvm_die "go build ./cmd/tbrdma failed (see above); fix the build first"
+fi
+(cd "$ROOT" && go build -o "$OUT/icrccheck" ./interop/icrccheck) || tbvm_die "go build ./interop/icrccheck failed (see above)"
+tbvm_net_up
 
-# --- the guest's job ----------------------------------------------------------
-JOB=$OUT/guest-job.sh
+# ------------------------------------------------------------ guest's job
 {
-    echo '. /job/lib.sh'
-    echo 'G=$(wait_gid)'
-    echo 'mkdir -p /job/res'
-    echo 'show_rdma >/job/res/guest-rdma.txt 2>&1'
-    echo '{ uname -r; dpkg-query -W rdma-core ibverbs-utils libibverbs1 ibverbs-providers perftest; } >/job/res/guest-versions.txt 2>&1'
-    for t in "${SEL[@]}"; do
-        IFS='|' read -r name role gcmd _ <<<"$t"
-        echo "say 'test $name'"
-        echo "echo \"CMD(guest $role): $gcmd\" >/job/res/$name.guest.txt"
-        if [ "$role" = client ]; then
-            echo "if wait_for host-$name 300; then"
-            echo "  timeout 150 $gcmd >>/job/res/$name.guest.txt 2>&1; echo \$? >/job/res/$name.guest.rc"
-            echo "else echo 98 >/job/res/$name.guest.rc; fi"
+    cat <<'EOF'
+. /job/lib.sh
+G=$(gid_index) || exit 1
+PERFTEST="-d rxe0 -x $G -F --qp-timeout=20"
+say "rxe0 is up, IPv4 GID index $G"
+{
+    echo "kernel $(uname -r)"
+    dpkg-query -W -f '${Package} ${Version}\n' rdma-core libibverbs1 ibverbs-providers ibverbs-utils librdmacm1 rdmacm-utils perftest
+    rdma link show
+    ibv_devinfo -d rxe0 | grep -E 'fw_ver|state|active_mtu'
+} >/job/res/versions.txt 2>&1
+flag booted
+EOF
+    for i in "${!NAMES[@]}"; do
+        name=${NAMES[$i]} gcmd=${GCMD[$i]}
+        echo
+        echo "say 'pairing $name'"
+        echo "wait_flag begin-$name 900 || exit 1"
+        echo "echo \"$gcmd\" >/job/res/$name.cmd"
+        if [ "${SERVER[$i]}" = guest ]; then
+            cat <<EOF
+timeout $PAIR_TIMEOUT $gcmd >/job/res/$name.out 2>&1 &
+pid=\$!
+if wait_ready ${READY[$i]} \$pid; then flag ready-$name; else flag noready-$name; fi
+wait_flag client-done-$name $((PAIR_TIMEOUT + 60))
+n=0
+while kill -0 \$pid 2>/dev/null && [ \$n -lt 75 ]; do sleep 0.2; n=\$((n + 1)); done
+if kill -0 \$pid 2>/dev/null; then say "the server still runs 15 s after tbrdma ended: stopping it"; kill \$pid; fi
+wait \$pid
+echo \$? >/job/res/$name.rc
+EOF
         else
-            echo "( timeout 150 $gcmd >>/job/res/$name.guest.txt 2>&1; echo \$? >/job/res/$name.guest.rc ) &"
-            echo "wait_listen_tcp 18515 && ready server-$name"
-            echo "wait"
+            cat <<EOF
+if wait_flag ready-$name $((PAIR_TIMEOUT + 60)); then
+    timeout $PAIR_TIMEOUT $gcmd >/job/res/$name.out 2>&1
+    echo \$? >/job/res/$name.rc
+else
+    echo 98 >/job/res/$name.rc
+fi
+EOF
         fi
-        echo "ready done-$name"
-        echo "sleep 1"
+        echo "flag done-$name"
     done
-    echo 'say "rxe0 hw counters (non-zero):" >/job/res/guest-counters.txt'
-    echo 'for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do v=$(cat $f); [ "$v" != 0 ] && echo "$(basename $f) $v"; done >>/job/res/guest-counters.txt'
-    echo 'dmesg | grep -i rxe >/job/res/guest-dmesg.txt || true'
-    echo 'exit 0'
-} >"$JOB"
+    cat <<'EOF'
 
-# --- the host side, test by test --------------------------------------------------
-nsx() { ip netns exec "$NETNS" "$@"; }
-wait_file() {  # wait_file PATH SECONDS
-    local n=0
-    while [ ! -e "$1" ]; do
-        n=$((n+1)); [ $n -gt $(( $2 * 5 )) ] && return 1
+for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do
+    v=$(cat "$f")
+    [ "$v" = 0 ] || echo "$(basename "$f") $v"
+done >/job/res/rxe-counters.txt
+dmesg | grep -i -e rxe -e infiniband >/job/res/dmesg.txt
+exit 0
+EOF
+} >"$RUN/job.sh"
+
+# ------------------------------------------------------------- host's side
+qemu_alive() { [ -n "$TBVM_QEMU_PID" ] && kill -0 "$TBVM_QEMU_PID" 2>/dev/null; }
+# host_wait SECONDS FLAG...: until one of the flags exists; fails when the
+# time is up or the guest is gone.
+host_wait() {
+    local limit=$1 n=0 f
+    shift
+    while :; do
+        for f in "$@"; do [ -e "$RUN/flags/$f" ] && return 0; done
+        qemu_alive || { sleep 0.5; for f in "$@"; do [ -e "$RUN/flags/$f" ] && return 0; done; return 1; }
+        [ $n -ge $((limit * 5)) ] && return 1
         sleep 0.2
+        n=$((n + 1))
     done
 }
-start_capture() {  # start_capture PCAP
-    ip netns exec "$NETNS" tcpdump -i "$BRIDGE" -Z root -s 0 -U --immediate-mode -B 32768 -n -w "$1" 'udp port 4791 or tcp port 18515' >"$1.log" 2>&1 &
-    TCPDUMP_PID=$!
-    echo $TCPDUMP_PID >"$OUT/.tcpdump.pid"
-    for _ in $(seq 50); do grep -q listening "$1.log" && break; sleep 0.1; done
+# host_ready SPEC PID: until tbrdma (PID) listens. tcp:PORT: a TCP listener in
+# the namespace; cm:PORT: tbrdma's rdma_cm listener lives on its UDP 4791
+# socket, so wait for that and give it a second to register the service.
+host_ready() {
+    local n=0
+    while kill -0 "$2" 2>/dev/null && [ $n -lt 150 ]; do
+        case $1 in
+        tcp:*) tbvm_ns ss -Hltn "sport = :${1#tcp:}" | grep -q . && return 0 ;;
+        cm:*) tbvm_ns ss -Hlun "sport = :4791" | grep -q . && { sleep 1; return 0; } ;;
+        esac
+        sleep 0.2
+        n=$((n + 1))
+    done
+    return 1
 }
-stop_capture() {
-    sleep 1
-    kill -TERM "$TCPDUMP_PID" 2>/dev/null || true
-    wait "$TCPDUMP_PID" 2>/dev/null || true
-    TCPDUMP_PID=
-    rm -f "$OUT/.tcpdump.pid"
-}
-driver() {
-    wait_file "$RUN/A.sh" 60 || { echo "run directory did not appear" >&2; return 1; }
-    local t name role gcmd hargs pid rc
-    for t in "${SEL[@]}"; do
-        IFS='|' read -r name role gcmd hargs <<<"$t"
-        start_capture "$OUT/$name.pcap"
-        echo "CMD(tbrdma $([ "$role" = client ] && echo server || echo client) $HOST_IP): tbrdma $hargs" >"$OUT/$name.tbrdma.txt"
-        rc=0
-        if [ "$role" = client ]; then
-            # shellcheck disable=SC2086
-            ip netns exec "$NETNS" timeout 180 "$TB" $hargs >>"$OUT/$name.tbrdma.txt" 2>&1 &
-            pid=$!
-            for _ in $(seq 100); do
-                nsx ss -Hltn "sport = :18515" | grep -q . && break
-                kill -0 $pid 2>/dev/null || break
-                sleep 0.1
-            done
-            : >"$RUN/flags/host-$name"
-            wait $pid || rc=$?
+run_pairing() {  # run_pairing INDEX
+    local i=$1 name=${NAMES[$1]} rc=0 n targs t0=$SECONDS
+    eval "targs=(${TARGS[$i]})"
+    mkdir -p "$OUT/$name"
+    printf 'tbrdma %s\n' "${targs[*]}" >"$OUT/$name/tbrdma.cmd"
+    tbvm_capture_start "$OUT/$name/capture.pcap"
+    : >"$RUN/flags/begin-$name"
+    if [ "${SERVER[$i]}" = guest ]; then
+        if host_wait $((PAIR_TIMEOUT + 60)) "ready-$name" "noready-$name"; then
+            (cd "$OUT" && timeout "$PAIR_TIMEOUT" ip netns exec "$TBVM_NETNS" ./tbrdma "${targs[@]}") >"$OUT/$name/tbrdma.out" 2>&1
+            rc=$?
         else
-            if wait_file "$RUN/flags/server-$name" 300; then
-                # shellcheck disable=SC2086
-                nsx timeout 180 "$TB" $hargs >>"$OUT/$name.tbrdma.txt" 2>&1 || rc=$?
+            echo "interop: the guest's server never got ready" >"$OUT/$name/tbrdma.out"
+            rc=97
+        fi
+        : >"$RUN/flags/client-done-$name"
+        host_wait 60 "done-$name"
+    else
+        (cd "$OUT" && exec timeout "$PAIR_TIMEOUT" ip netns exec "$TBVM_NETNS" ./tbrdma "${targs[@]}") >"$OUT/$name/tbrdma.out" 2>&1 &
+        TB_PID=$!
+        host_ready "${READY[$i]}" "$TB_PID" ||
+            echo "interop: tbrdma did not listen (${READY[$i]}) within 30 s" >>"$OUT/$name/tbrdma.out"
+        : >"$RUN/flags/ready-$name"
+        host_wait $((PAIR_TIMEOUT + 60)) "done-$name"
+        n=0
+        while kill -0 "$TB_PID" 2>/dev/null && [ $n -lt 25 ]; do sleep 0.2; n=$((n + 1)); done
+        if kill -0 "$TB_PID" 2>/dev/null; then
+            kill -INT "$TB_PID"
+            n=0
+            while kill -0 "$TB_PID" 2>/dev/null && [ $n -lt 25 ]; do sleep 0.2; n=$((n + 1)); done
+            kill -KILL "$TB_PID" 2>/dev/null
+        fi
+        wait "$TB_PID"
+        rc=$?
+        TB_PID=
+    fi
+    echo "$rc" >"$OUT/$name/tbrdma.rc"
+    tbvm_capture_stop "$OUT/$name/capture.pcap" >"$OUT/$name/dropped"
+    tbvm_log "pairing $name: tbrdma exit $rc, guest exit $(cat "$RUN/res/$name.rc" 2>/dev/null || echo none) ($((SECONDS - t0)) s)"
+}
+
+JOB_LIMIT=$((300 + ${#NAMES[@]} * (PAIR_TIMEOUT + 90)))
+tbvm_log "booting the guest for ${#NAMES[@]} pairing(s); results in $OUT"
+t0=$SECONDS
+tbvm_boot "$RUN" "$JOB_LIMIT"
+if host_wait 300 booted; then
+    tbvm_log "guest ready after $((SECONDS - t0)) s"
+    for i in "${!NAMES[@]}"; do
+        qemu_alive || { tbvm_log "the guest is gone; skipping the remaining pairings"; break; }
+        run_pairing "$i"
+    done
+else
+    tbvm_log "the guest did not come up (console: $RUN/console.log, job output: $RUN/job.out)"
+fi
+tbvm_wait_guest 120 || true
+T_GUEST=$((SECONDS - t0))
+[ $KEEP_NET = 1 ] || tbvm_net_down
+cp "$RUN"/res/versions.txt "$RUN"/res/rxe-counters.txt "$RUN"/res/dmesg.txt "$OUT"/ 2>/dev/null
+for name in "${NAMES[@]}"; do
+    mkdir -p "$OUT/$name"
+    cp "$RUN/res/$name.out" "$OUT/$name/guest.out" 2>/dev/null
+    cp "$RUN/res/$name.rc" "$OUT/$name/guest.rc" 2>/dev/null
+    cp "$RUN/res/$name.cmd" "$OUT/$name/guest.cmd" 2>/dev/null
+done
+
+# ---------------------------------------------------------------- checks
+# opt FLAG DEFAULT WORDS...: the value after FLAG in a command line.
+opt() {
+    local f=$1 d=$2 prev=
+    shift 2
+    for w in "$@"; do
+        [ "$prev" = "$f" ] && { echo "$w"; return; }
+        prev=$w
+    done
+    echo "$d"
+}
+has() { local f=$1 w; shift; for w in "$@"; do [ "$w" = "$f" ] && return 0; done; return 1; }
+
+# rping_lines SIZE FILE: "GOOD BAD FIRSTBAD" for rping's "ping data:" lines,
+# each compared with rping's pattern: "rdma-ping-K: " then the characters
+# from 'A'+K%58 upwards, wrapping from 'z' to 'A', up to SIZE-1 bytes.
+rping_lines() {
+    awk -v size="$1" '
+        /ping data: rdma-ping-[0-9]+: / {
+            s = $0; sub(/.*ping data: /, "", s)
+            k = s; sub(/^rdma-ping-/, "", k); sub(/:.*/, "", k); k += 0
+            want = "rdma-ping-" k ": "; c = 65 + k % 58
+            for (i = length(want); i < size - 1; i++) { want = want sprintf("%c", c); if (++c > 122) c = 65 }
+            if (s == want) good++; else { bad++; if (first == "") first = "line " FNR ": " s }
+        }
+        END { printf "%d %d %s\n", good, bad, first }' "$2"
+}
+
+# perf_rows FILE ITERS: "ROWS BADITERS" for perftest-style result rows
+# ("#bytes #iterations figures..."; ITERS empty: any count).
+perf_rows() {
+    awk -v n="$2" '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && $3 ~ /^[0-9.]+$/ && NF >= 4 { rows++; if (n != "" && $2 != n) bad++ }
+        END { printf "%d %d\n", rows, bad }' "$1"
+}
+
+# data_check NAME: sets DATA_OK (1/0) and DATA (what was checked), from the
+# guest tool's and tbrdma's output. The check depends on the guest tool.
+data_check() {
+    local name=$1 i=$2 g="$OUT/$1/guest.out" t="$OUT/$1/tbrdma.out" gw tw tool
+    read -r -a gw <<<"${GCMD[$i]}"
+    eval "tw=(${TARGS[$i]})"
+    tool=${gw[0]}
+    DATA_OK=0 DATA=
+    [ -f "$g" ] && [ -f "$t" ] || { DATA="no output"; return; }
+    case $tool in
+    ibv_*_pingpong)
+        local n gi ti inval
+        n=$(opt -n 1000 "${gw[@]}")
+        gi=$(grep -c "^$n iters in " "$g") ti=$(grep -c "^$n iters in " "$t")
+        inval=$(cat "$g" "$t" | grep -ci 'invalid data\|bad buffer\|mismatch')
+        DATA="$n iters x2"
+        has -c "${gw[@]}" && DATA="$DATA, -c buffers"
+        [ "$gi" = 1 ] && [ "$ti" = 1 ] && [ "$inval" = 0 ] && DATA_OK=1
+        [ $DATA_OK = 1 ] || DATA="iters line: guest $gi, tbrdma $ti; bad-data lines $inval"
+        ;;
+    ib_*)
+        local n want gr tr gb tb
+        n=$(opt -n "" "${gw[@]}")
+        want=1
+        has -a "${gw[@]}" && want=23
+        read -r gr gb <<<"$(perf_rows "$g" "$n")"
+        read -r tr tb <<<"$(perf_rows "$t" "$n")"
+        DATA="rows $gr+$tr/$want${n:+, $n iters}"
+        if { [ "$gr" = $want ] || [ "$tr" = $want ]; } && [ "$gb" = 0 ] && [ "$tb" = 0 ] &&
+            ! grep -qi 'completion with error\|couldn.t' "$g" "$t"; then
+            DATA_OK=1
+        fi
+        if [ "$tool" = ib_atomic_lat ]; then
+            # tbrdma checks the atomics' values: as requester the values
+            # fetched; as responder its target (perftest's CMP_AND_SWAP swaps
+            # 0 for 0, so the target must still be 0).
+            if grep -q -e 'as expected' -e 'CMP_AND_SWAP left 0 in the target$' "$t"; then
+                DATA="$DATA, values ok"
             else
-                echo "guest server did not come up" >>"$OUT/$name.tbrdma.txt"; rc=97
+                DATA_OK=0 DATA="$DATA, atomic values wrong or unchecked"
             fi
         fi
-        echo $rc >"$OUT/$name.tbrdma.rc"
-        wait_file "$RUN/flags/done-$name" 300 || true
-        stop_capture
-        log "test $name: tbrdma exit $rc, guest exit $(cat "$RUN/res/$name.guest.rc" 2>/dev/null || echo none)"
-    done
+        ;;
+    rping)
+        local c size gg gbad gfirst tg tbad tfirst
+        c=$(opt -C 0 "${gw[@]}") size=$(opt -S 64 "${gw[@]}")
+        read -r gg gbad gfirst <<<"$(rping_lines "$size" "$g")"
+        read -r tg tbad tfirst <<<"$(rping_lines "$size" "$t")"
+        if [ "${tw[0]}" = ping ]; then
+            # tbrdma ping compares each echo byte for byte itself.
+            tg=$(sed -n 's/.* \([0-9]*\) received.*/\1/p' "$t")
+            grep -q 'BAD ECHO' "$t" && tbad=1
+        fi
+        DATA="echo ok $gg+$tg/$c"
+        [ "$gg" = "$c" ] && [ "$gbad" = 0 ] && [ "$tg" = "$c" ] && [ "$tbad" = 0 ] && DATA_OK=1
+        [ "$gbad" = 0 ] && [ "$tbad" = 0 ] || DATA="$DATA; bad: ${gfirst:-$tfirst}"
+        ;;
+    udaddy)
+        DATA="transfers complete"
+        grep -q 'data transfers complete' "$g" && DATA_OK=1
+        ;;
+    *)
+        DATA="n/a ($tool)"
+        DATA_OK=1
+        ;;
+    esac
 }
 
-rm -rf "$RUN"
-driver &
-DRIVER_PID=$!
-s=$(date +%s)
-prc=0
-"$RXEVM/run-pair.sh" -1 -n "$NAME" -w "$OUT/all.pcap" -t 1500 "$JOB" >"$OUT/run-pair.log" 2>&1 || prc=$?
-# The driver ends with the guest's last test; do not let it wait for flags
-# from a guest that has already powered off.
-for _ in $(seq 100); do kill -0 "$DRIVER_PID" 2>/dev/null || break; sleep 0.2; done
-kill "$DRIVER_PID" 2>/dev/null || true
-drc=0; wait "$DRIVER_PID" || drc=$?
-DRIVER_PID=
-log "guest run finished in $(( $(date +%s) - s )) s (run-pair exit $prc, driver exit $drc)"
-cp "$RUN"/res/* "$OUT"/ 2>/dev/null || true
-cp "$RUN/A.out" "$OUT/guest-job.out" 2>/dev/null || true
-cp "$RUN/console-A.log" "$OUT/guest-console.log" 2>/dev/null || true
+verdict() {  # verdict RC: a tool's exit status in words
+    case $1 in
+    0) echo ok ;; none | '') echo "no exit" ;; 97) echo "not run" ;; 98) echo "not run" ;;
+    124) echo "timeout" ;; 130) echo "SIGINT" ;; 137) echo "killed" ;; 143) echo "SIGTERM" ;;
+    *) echo "exit $1" ;;
+    esac
+}
 
-# --- verdicts ----------------------------------------------------------------
-fail=0
+tbvm_log "checking the captures (icrccheck, tshark)"
+t0=$SECONDS
+TSHARK=(tshark -n -d udp.port==4791,infiniband --disable-protocol rpcordma)
+PASS=0 FAIL=0 TOT_SENT=0 TOT_RECV=0 TOT_BAD=0 TOT_MAL=0 TOT_RESENT=0 TOT_NAK=0 TOT_PRESENT=0
+FAILED=()
+TABLE=$OUT/table.txt
 {
-    echo "tbrdma interop with rdma_rxe ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
-    echo "guest: $(tr '\n' ' ' <"$OUT/guest-versions.txt" 2>/dev/null)"
-    echo
-    printf '%-30s %-7s %-7s %-7s %-9s %s\n' TEST GUEST TBRDMA ROCE ICRC RESULT
-    for t in "${SEL[@]}"; do
-        IFS='|' read -r name _ <<<"$t"
-        g=$(cat "$OUT/$name.guest.rc" 2>/dev/null || echo none)
-        h=$(cat "$OUT/$name.tbrdma.rc" 2>/dev/null || echo none)
-        ic=FAIL pk=0
-        if [ -s "$OUT/$name.pcap" ]; then
-            if "$OUT/icrccheck" "$OUT/$name.pcap" >"$OUT/$name.icrc.txt" 2>&1; then ic=ok; fi
-            pk=$(sed -n '1s/.*: \([0-9]*\) RoCEv2 packets.*/\1/p' "$OUT/$name.icrc.txt")
+    printf '%-30s %-8s %-8s %-34s %-11s %-5s %-6s %-6s %s\n' PAIRING GUEST TBRDMA "DATA CHECK" "PKTS tb/rxe" ICRC TSHARK NAK/RS RESULT
+    for i in "${!NAMES[@]}"; do
+        name=${NAMES[$i]}
+        grc=$(cat "$OUT/$name/guest.rc" 2>/dev/null || echo none)
+        trc=$(cat "$OUT/$name/tbrdma.rc" 2>/dev/null || echo none)
+        data_check "$name" "$i"
+        pcap=$OUT/$name/capture.pcap icrc=FAIL tsh=FAIL sent=0 recv=0 bad=0 mal=0 resent=0 naks=0 present=0 frames=0 why=()
+        if [ -s "$pcap" ]; then
+            if mal_frames=$("${TSHARK[@]}" -r "$pcap" -Y _ws.malformed -T fields -e frame.number 2>"$OUT/$name/tshark.err"); then
+                mal_frames=$(echo $mal_frames | tr ' ' ,)
+                [ -z "$mal_frames" ] && tsh=ok
+            else
+                mal_frames=
+                tsh=error
+            fi
+            "$OUT/icrccheck" -from "$HOST" ${mal_frames:+-malformed "$mal_frames"} "$pcap" >"$OUT/$name/check.txt" 2>&1 && icrc=ok
+            read -r sent recv bad mal resent naks present frames <<<"$(sed -n 's/^summary .*sent=\([0-9]*\) received=\([0-9]*\) badicrc=\([0-9]*\) unparsable=[0-9]* malformed=\([0-9]*\) resent=\([0-9]*\) naks=\([0-9]*\) peerresent=\([0-9]*\) frames=\([0-9]*\).*/\1 \2 \3 \4 \5 \6 \7 \8/p' "$OUT/$name/check.txt")"
         fi
-        res=PASS
-        if [ "$g" != 0 ] || [ "$h" != 0 ] || [ "$ic" != ok ]; then res=FAIL; fail=1; fi
-        printf '%-30s %-7s %-7s %-7s %-9s %s\n' "$name" "$g" "$h" "${pk:-0}" "$ic" "$res"
+        : "${sent:=0}" "${recv:=0}" "${bad:=0}" "${mal:=0}" "${resent:=0}" "${naks:=0}" "${present:=0}" "${frames:=0}"
+        dropped=$(cat "$OUT/$name/dropped" 2>/dev/null)
+        captured=$(sed -n 's/^\([0-9]*\) packets captured.*/\1/p' "$pcap.log" 2>/dev/null)
+        [ "$grc" = 0 ] || why+=("the guest tool: $(verdict "$grc")")
+        [ "$trc" = 0 ] || why+=("tbrdma: $(verdict "$trc")")
+        [ $DATA_OK = 1 ] || why+=("data check: $DATA")
+        [ "$icrc" = ok ] || why+=("icrccheck failed (see $name/check.txt)")
+        [ "$tsh" = ok ] || why+=("tshark: ${mal_frames:+malformed frames $mal_frames}${mal_frames:-could not decode (see $name/tshark.err)}")
+        [ "$sent" -gt 0 ] || why+=("no RoCEv2 packet from tbrdma in the capture")
+        [ "${dropped:-0}" = 0 ] || why+=("the capture lost ${dropped:-?} packets (tcpdump)")
+        [ "${captured:-x}" = "$frames" ] || why+=("the capture file holds $frames frames, tcpdump said it captured ${captured:-?}")
+        if [ ${#why[@]} = 0 ]; then res=PASS PASS=$((PASS + 1)); else res=FAIL FAIL=$((FAIL + 1)); FAILED+=("$i"); fi
+        [ -s "$OUT/$name/tshark.err" ] || rm -f "$OUT/$name/tshark.err"
+        printf '%s\n' "${why[@]}" >"$OUT/$name/why"
+        [ ${#why[@]} = 0 ] && rm -f "$OUT/$name/why"
+        TOT_SENT=$((TOT_SENT + sent)) TOT_RECV=$((TOT_RECV + recv)) TOT_BAD=$((TOT_BAD + bad)) TOT_MAL=$((TOT_MAL + mal))
+        TOT_RESENT=$((TOT_RESENT + resent)) TOT_NAK=$((TOT_NAK + naks)) TOT_PRESENT=$((TOT_PRESENT + present))
+        printf '%-30s %-8s %-8s %-34s %-11s %-5s %-6s %-6s %s\n' "$name" "$(verdict "$grc")" "$(verdict "$trc")" \
+            "$([ $DATA_OK = 1 ] && echo "ok " || echo "FAIL ")$DATA" "$sent/$recv" "$icrc" "$tsh" "$naks/$resent" "$res"
+    done
+} >"$TABLE"
+# Run-wide cross-check: rxe0 talked to nobody but tbrdma, so its packet
+# counters must equal the captures' totals (every packet tbrdma sent was
+# captured and reached rxe, and the other way round). The guest boots for
+# this run only, so the counters cover exactly the pairings run. Checked when
+# every pairing passed (a failure is explained per pairing above).
+RXE_CHECK=
+if [ -s "$OUT/rxe-counters.txt" ] && [ $FAIL = 0 ]; then
+    rr=$(awk '$1 == "rcvd_pkts" {print $2}' "$OUT/rxe-counters.txt")
+    rs=$(awk '$1 == "sent_pkts" {print $2}' "$OUT/rxe-counters.txt")
+    if [ "${rr:-0}" = "$TOT_SENT" ] && [ "${rs:-0}" = "$TOT_RECV" ]; then
+        RXE_CHECK="rxe0's counters agree with the captures: rcvd_pkts $rr, sent_pkts $rs"
+    else
+        RXE_CHECK="FAIL: rxe0's counters do not match the captures: rcvd_pkts ${rr:-?} (tbrdma sent $TOT_SENT), sent_pkts ${rs:-?} (captured from rxe: $TOT_RECV): packets were lost on the bridge or missed by the capture"
+        FAIL=$((FAIL + 1))
+    fi
+fi
+T_CHECK=$((SECONDS - t0))
+
+{
+    echo
+    echo "== tbrdma interop with rdma_rxe: $(date -u +%Y-%m-%dT%H:%M:%SZ), results in $OUT"
+    echo "guest: $(grep -E '^(kernel|rdma-core|perftest)' "$OUT/versions.txt" 2>/dev/null | tr '\n' ' ')(qemu TCG, $TBVM_CPUS vCPU)"
+    echo "tbrdma: $("$OUT/tbrdma" version 2>/dev/null | head -n 1); $(go version)"
+    echo
+    cat "$TABLE"
+    echo
+    echo "$PASS passed, $((${#NAMES[@]} - PASS)) failed of ${#NAMES[@]}; tbrdma sent $TOT_SENT RoCEv2 packets (bad ICRC $TOT_BAD, malformed $TOT_MAL, resent $TOT_RESENT), rxe sent $TOT_RECV (resent $TOT_PRESENT); NAKs $TOT_NAK"
+    [ -z "$RXE_CHECK" ] || echo "$RXE_CHECK"
+    echo "GUEST/TBRDMA: each tool's own verdict (exit status). DATA CHECK: see docs/interop.md. NAK/RS: NAKs either way / requests tbrdma sent again."
+    for i in "${FAILED[@]}"; do
+        name=${NAMES[$i]}
+        echo
+        echo "FAIL $name"
+        sed 's/^/  because: /' "$OUT/$name/why"
+        echo "  first packet that differed: $(sed -n 's/^first problem: //p' "$OUT/$name/check.txt" 2>/dev/null || true)"
+        sed -n 's/^  then: /  then: /p' "$OUT/$name/check.txt" 2>/dev/null
+        sed -n 's/^last packet /  last packet /p' "$OUT/$name/check.txt" 2>/dev/null
+        echo "  guest:  $(cat "$OUT/$name/guest.cmd" 2>/dev/null) -> $(verdict "$(cat "$OUT/$name/guest.rc" 2>/dev/null)")"
+        tail -n 4 "$OUT/$name/guest.out" 2>/dev/null | sed 's/^/    | /'
+        echo "  tbrdma: $(cat "$OUT/$name/tbrdma.cmd") -> $(verdict "$(cat "$OUT/$name/tbrdma.rc" 2>/dev/null)")"
+        tail -n 4 "$OUT/$name/tbrdma.out" 2>/dev/null | sed 's/^/    | /'
+        echo "  files: $OUT/$name/{capture.pcap,check.txt,guest.out,tbrdma.out}; guest console: $RUN/console.log"
     done
     echo
-    "$OUT/icrccheck" -q "$OUT/all.pcap" 2>&1 || true
-    # A second, independent ICRC implementation (Python, stdlib only).
-    python3 "$RXEVM/pcap-summary.py" "$OUT/all.pcap" 2>&1 | sed -n 2p || true
+    echo "time: $((SECONDS - T_START)) s in all (image $T_IMAGE s, guest boot + pairings $T_GUEST s, checks $T_CHECK s)"
 } | tee "$OUT/summary.txt"
-echo "results in $OUT"
-[ $fail = 0 ] && [ $prc = 0 ]
+
+if [ $PRUNE = 1 ]; then
+    for i in "${!NAMES[@]}"; do
+        [ -e "$OUT/${NAMES[$i]}/why" ] || rm -f "$OUT/${NAMES[$i]}/capture.pcap"
+    done
+fi
+[ $FAIL = 0 ] && [ $PASS -gt 0 ]
