@@ -101,6 +101,14 @@ func (p Peer) CMPort() uint16 {
 	return uint16(n)
 }
 
+// SegmentSize returns the largest large-segment size the peer's device
+// takes (TXT "seg": tbrdma's large-segment extension, docs/wire-format.md),
+// 0 when it advertised none (a stock peer, or a link too small).
+func (p Peer) SegmentSize() int {
+	n, _ := strconv.Atoi(p.TXT["seg"])
+	return max(n, 0)
+}
+
 // OOBPort returns the port of the peer's perftest-compatible out-of-band
 // listener (TXT "oob"), 0 when it serves none.
 func (p Peer) OOBPort() uint16 {
@@ -128,7 +136,7 @@ func (p Peer) equal(q Peer) bool {
 
 // Service describes what an Advertiser publishes. The TXT record is built
 // from the fields in this order: txtvers=1, gid, guid, mtu, dev, caps,
-// ver, oob, cm; zero fields are left out.
+// ver, oob, cm, seg; zero fields are left out.
 type Service struct {
 	// Name is the instance name; default: the host name. At most 63
 	// bytes; any characters.
@@ -153,6 +161,9 @@ type Service struct {
 	// CMPort is the rdma_cm port of the rping-compatible ping service
 	// (tbrdma serve; rping's default is 7174) when one is serving, else 0.
 	CMPort uint16
+	// SegmentSize is the largest segment size of tbrdma's large-segment
+	// extension the device takes (TXT "seg"), 0 for none.
+	SegmentSize int
 }
 
 // txt returns the service's TXT pairs in advertising order.
@@ -178,6 +189,9 @@ func (s Service) txt() []txtPair {
 	}
 	if s.CMPort != 0 {
 		add("cm", strconv.Itoa(int(s.CMPort)))
+	}
+	if s.SegmentSize > 0 {
+		add("seg", strconv.Itoa(s.SegmentSize))
 	}
 	return p
 }

@@ -135,3 +135,27 @@ func FuzzTXT(f *testing.F) {
 		}
 	})
 }
+
+// The large-segment key: advertised when set, read back by Peer.SegmentSize.
+func TestSegmentSizeTXT(t *testing.T) {
+	s := Service{MTU: 4096, SegmentSize: 61440}
+	var seg string
+	for _, p := range s.txt() {
+		if p.key == "seg" {
+			seg = p.value
+		}
+	}
+	if seg != "61440" {
+		t.Fatalf("TXT seg = %q, want 61440", seg)
+	}
+	for _, p := range (Service{MTU: 4096}).txt() {
+		if p.key == "seg" {
+			t.Fatal("seg advertised without a segment size")
+		}
+	}
+	for v, want := range map[string]int{"61440": 61440, "": 0, "x": 0, "-5": 0} {
+		if got := (Peer{TXT: map[string]string{"seg": v}}).SegmentSize(); got != want {
+			t.Errorf("SegmentSize with seg=%q = %d, want %d", v, got, want)
+		}
+	}
+}

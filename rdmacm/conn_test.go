@@ -97,6 +97,7 @@ func must(t testing.TB, err error) {
 // end is a connected ID with its verbs resources.
 type end struct {
 	id  *rdmacm.ID
+	pd  *verbs.PD
 	cq  *verbs.CQ
 	mr  *verbs.MR
 	buf []byte
@@ -114,7 +115,7 @@ func newEnd(t testing.TB, id *rdmacm.ID) *end {
 	buf := make([]byte, 4096)
 	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 	must(t, err)
-	e := &end{id: id, cq: cq, mr: mr, buf: buf}
+	e := &end{id: id, pd: pd, cq: cq, mr: mr, buf: buf}
 	_, err = id.QP().PostRecv(verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{mr.SGE(0, 64)}})
 	must(t, err)
 	return e

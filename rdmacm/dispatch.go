@@ -473,6 +473,8 @@ func (d *dispatcher) handleREQ(now time.Time, p *verbs.MADPacket, msg cmwire.Mes
 	} else {
 		ud = append(ud[:0], req.PrivateData()...)
 	}
+	// The trailer ends both the raw private data and the user data.
+	child.segOffer = stripSegTrailer(ud)
 	ln.ch.post(&Event{Type: EventConnectRequest, ID: child, Listen: ln, Param: ConnParam{
 		PrivateData:        ud,
 		ResponderResources: req.InitiatorDepth(),
@@ -482,5 +484,6 @@ func (d *dispatcher) handleREQ(now time.Time, p *verbs.MADPacket, msg cmwire.Mes
 		RNRRetryCount:      req.RNRRetryCount(),
 		SRQ:                req.SRQ(),
 		QPNum:              uint32(req.LocalQPN()),
+		SegmentSize:        child.segOffer,
 	}})
 }

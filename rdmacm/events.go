@@ -153,6 +153,17 @@ type ConnParam struct {
 	// QPNum is the QP to advertise when the ID has no QP of its own
 	// (CreateQP not called); the caller then moves its QP itself.
 	QPNum uint32
+	// SegmentSize is tbrdma's large-segment extension (verbs
+	// QPAttrSegmentSize), agreed through an 8-byte trailer in the CM
+	// private data (segment.go). In Connect: the size to offer (then at
+	// most 48 bytes of PrivateData), 0 for none. In Accept: the largest
+	// size to accept when the REQ offered one, 0 to decline. In a
+	// CONNECT_REQUEST: what the peer offered; in ESTABLISHED and
+	// CONNECT_RESPONSE: the size agreed (0: a standard connection). The
+	// context is enabled for it (verbs.Context.SetMaxSegmentSize) when
+	// the sizes agree. Offer it only to tbrdma peers (their mDNS TXT
+	// "seg" key says so): a stock peer sees the trailer as private data.
+	SegmentSize int
 }
 
 // MaxResources in ConnParam.ResponderResources or InitiatorDepth means

@@ -90,6 +90,9 @@ type ID struct {
 	pendingOn *ID
 	// estParam is what ESTABLISHED reports on the active side.
 	estParam ConnParam
+	// segOffer is the large-segment size the REQ offered (passive side),
+	// segAgreed what Accept agreed to (segment.go).
+	segOffer, segAgreed int
 	// UD (SIDR): ud is set for PSUDP IDs and PSIB IDs with a UD QP; sidr
 	// is the active side's resolution, sreq the passive side's request.
 	ud   bool
@@ -423,6 +426,14 @@ func (id *ID) Connect(p *ConnParam) error {
 	if len(p.PrivateData) > cmwire.REQUserDataSize {
 		return fmt.Errorf("rdmacm: connect: %d bytes of private data, at most %d: %w", len(p.PrivateData), cmwire.REQUserDataSize, ErrInvalidArgument)
 	}
+	if p.SegmentSize != 0 {
+		if !verbs.ValidSegmentSize(p.SegmentSize) {
+			return fmt.Errorf("rdmacm: connect: segment size %d: want a multiple of 4096 from %d to %d: %w", p.SegmentSize, verbs.MinSegmentSize, verbs.SegmentSizeLimit, ErrInvalidArgument)
+		}
+		if len(p.PrivateData) > cmwire.REQUserDataSize-segTrailerLen {
+			return fmt.Errorf("rdmacm: connect: %d bytes of private data, at most %d with a segment size offer: %w", len(p.PrivateData), cmwire.REQUserDataSize-segTrailerLen, ErrInvalidArgument)
+		}
+	}
 	d := id.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -472,6 +483,9 @@ func (id *ID) Connect(p *ConnParam) error {
 	}
 	hdr := cmwire.NewCMAHeader(srcPort, id.local.Addr(), id.remote.Addr()).Append(f.PrivateData[:0])
 	copy(f.PrivateData[len(hdr):], p.PrivateData)
+	if p.SegmentSize != 0 {
+		putSegTrailer(f.PrivateData[:], p.SegmentSize)
+	}
 	tid := cmwire.KernelTID(d.hiTID, local)
 	id.conn = fsm.NewActive(local, tid, qpn, fsm.ActiveTiming(cmResponseTimeout, packetLifetime, maxCMRetries))
 	d.conns[local] = id
@@ -499,8 +513,12 @@ func (id *ID) modifyQP(access verbs.AccessFlags, rtr, rts *verbs.QPAttr) error {
 	}
 	rtr.State = verbs.QPStateRTR
 	rtr.AH = verbs.AHAttr{DGID: id.peerGID, HopLimit: hopLimit, PortNum: 1}
-	if err := qp.Modify(rtr, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|
-		verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
+	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN |
+		verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+	if rtr.SegmentSize != 0 {
+		mask |= verbs.QPAttrSegmentSize
+	}
+	if err := qp.Modify(rtr, mask); err != nil {
 		return fmt.Errorf("modify qp %v to RTR: %w", qp.QPN(), err)
 	}
 	rts.State = verbs.QPStateRTS
@@ -516,8 +534,13 @@ func (id *ID) modifyQP(access verbs.AccessFlags, rtr, rts *verbs.QPAttr) error {
 func (id *ID) onREP(now time.Time, msg cmwire.Message) {
 	rep := msg.REP()
 	pd := append([]byte(nil), rep.PrivateData()...)
+	seg := 0
+	if id.param.SegmentSize != 0 { // only an offer is answered: a trailer is ours to read
+		seg = agreeSegment(id.vctx, id.param.SegmentSize, stripSegTrailer(pd))
+	}
 	param := ConnParam{PrivateData: pd, ResponderResources: rep.InitiatorDepth(), InitiatorDepth: rep.ResponderResources(),
-		FlowControl: rep.EndToEndFlowControl(), RNRRetryCount: rep.RNRRetryCount(), SRQ: rep.SRQ(), QPNum: uint32(rep.LocalQPN())}
+		FlowControl: rep.EndToEndFlowControl(), RNRRetryCount: rep.RNRRetryCount(), SRQ: rep.SRQ(), QPNum: uint32(rep.LocalQPN()),
+		SegmentSize: seg}
 	id.indexQP(rep.LocalQPN(), rep.LocalCAGUID())
 	if id.qp == nil {
 		// The application moves its QP and calls Establish.
@@ -526,7 +549,7 @@ func (id *ID) onREP(now time.Time, msg cmwire.Message) {
 	}
 	respRes := id.param.ResponderResources
 	err := id.modifyQP(accessFor(respRes),
-		&verbs.QPAttr{PathMTU: id.pathMTU, DestQPN: rep.LocalQPN(), RQPSN: id.rqPSN, MaxDestRdAtomic: respRes},
+		&verbs.QPAttr{PathMTU: id.pathMTU, DestQPN: rep.LocalQPN(), RQPSN: id.rqPSN, MaxDestRdAtomic: respRes, SegmentSize: seg},
 		&verbs.QPAttr{SQPSN: rep.StartingPSN(), Timeout: uint8(cmwire.AckTimeout(rep.TargetACKDelay(), packetLifetime)),
 			RetryCnt: min(id.param.RetryCount, 7), RNRRetry: rep.RNRRetryCount(),
 			MaxRdAtomic: min(id.param.InitiatorDepth, rep.ResponderResources())})
@@ -574,6 +597,13 @@ func (id *ID) Accept(p *ConnParam) error {
 	if len(p.PrivateData) > cmwire.REPPrivateDataSize {
 		return fmt.Errorf("rdmacm: accept: %d bytes of private data, at most %d: %w", len(p.PrivateData), cmwire.REPPrivateDataSize, ErrInvalidArgument)
 	}
+	seg := 0
+	if id.segOffer != 0 && p.SegmentSize != 0 {
+		if len(p.PrivateData) > cmwire.REPPrivateDataSize-segTrailerLen {
+			return fmt.Errorf("rdmacm: accept: %d bytes of private data, at most %d when accepting a segment size: %w", len(p.PrivateData), cmwire.REPPrivateDataSize-segTrailerLen, ErrInvalidArgument)
+		}
+		seg = agreeSegment(id.vctx, p.SegmentSize, id.segOffer)
+	}
 	qpn := wire.QPN(p.QPNum)
 	srq := p.SRQ
 	if id.qp != nil {
@@ -586,7 +616,7 @@ func (id *ID) Accept(p *ConnParam) error {
 	id.rqPSN = wire.PSN(rand.Uint32()) & wire.PSNMask
 	if id.qp != nil {
 		err := id.modifyQP(accessFor(respRes),
-			&verbs.QPAttr{PathMTU: id.pathMTU, DestQPN: req.LocalQPN, RQPSN: id.rqPSN, MaxDestRdAtomic: respRes},
+			&verbs.QPAttr{PathMTU: id.pathMTU, DestQPN: req.LocalQPN, RQPSN: id.rqPSN, MaxDestRdAtomic: respRes, SegmentSize: seg},
 			&verbs.QPAttr{SQPSN: req.StartingPSN, Timeout: uint8(req.Primary.LocalACKTimeout), RetryCnt: req.RetryCount,
 				RNRRetry: req.RNRRetryCount, MaxRdAtomic: min(initDepth, req.ResponderResources)})
 		if err != nil {
@@ -599,6 +629,10 @@ func (id *ID) Accept(p *ConnParam) error {
 		EndToEndFlowControl: p.FlowControl, RNRRetryCount: min(p.RNRRetryCount, 7), SRQ: srq, LocalCAGUID: d.guid,
 	}
 	copy(f.PrivateData[:], p.PrivateData)
+	if seg != 0 {
+		putSegTrailer(f.PrivateData[:], seg)
+	}
+	id.segAgreed = seg
 	id.conn.LocalQPN = qpn
 	id.unpend()
 	id.state = stateConnect
@@ -721,7 +755,8 @@ func (id *ID) apply(now time.Time, r fsm.Result) {
 		ev := &Event{Type: EventEstablished, ID: id, Param: id.estParam}
 		if !id.conn.Active() {
 			ev.Param = ConnParam{ResponderResources: id.req.InitiatorDepth, InitiatorDepth: id.req.ResponderResources,
-				RetryCount: id.req.RetryCount, RNRRetryCount: id.req.RNRRetryCount, QPNum: uint32(id.req.LocalQPN)}
+				RetryCount: id.req.RetryCount, RNRRetryCount: id.req.RNRRetryCount, QPNum: uint32(id.req.LocalQPN),
+				SegmentSize: id.segAgreed}
 		}
 		id.ch.post(ev)
 	case fsm.EvRejected:

@@ -2,6 +2,8 @@
 
 package transport
 
+import "time"
+
 // Systems other than Linux use the portable path (portable.go) only.
 
 const defaultBatchSize = 1
@@ -28,3 +30,12 @@ func (c *udpConn) initSys(o *Options) error {
 func (c *udpConn) readBatch(msgs []Message) (int, error) { return c.readPortable(c.portable, msgs) }
 
 func (c *udpConn) writeBatch(msgs []Message) (int, error) { return c.writePortable(msgs) }
+
+func (s *sysConn) groOn() bool { return false }
+
+// SetBusyPoll is accepted and ignored off Linux: the portable path reads
+// through net.UDPConn, which sleeps in the runtime's poller.
+func (c *udpConn) SetBusyPoll(d time.Duration) {}
+
+// HoldBusyPoll is accepted and ignored off Linux.
+func (c *udpConn) HoldBusyPoll(delta int) {}

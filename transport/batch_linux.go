@@ -5,7 +5,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -20,6 +22,10 @@ import (
 // allocates nothing.
 
 const defaultBatchSize = IdealBatchSize
+
+// iovsPerMsg is the most iovecs one message takes: headers, payload (from
+// registered memory, Message.Payload) and pad with trailer.
+const iovsPerMsg = 3
 
 const (
 	// maxGSOSegments is UDP_MAX_SEGMENTS of the kernels that have UDP GSO
@@ -54,6 +60,15 @@ type sysConn struct {
 	scope uint32 // its interface index, for link-local destinations
 	rd    recvState
 	wr    sendState
+	// busyNs, when not 0, makes a ReadBatch that finds the socket empty
+	// poll it again (yielding the processor in between) for up to that
+	// many nanoseconds after the last datagram arrived before it parks
+	// in the runtime's poller (SetBusyPoll).
+	busyNs atomic.Int64
+	// busyHold counts callers that are spinning on the data right now
+	// (HoldBusyPoll): while it is not 0 a busy-polling reader never
+	// parks, whatever the window says.
+	busyHold atomic.Int32
 }
 
 // recvState belongs to the one goroutine in ReadBatch.
@@ -71,6 +86,7 @@ type recvState struct {
 	off     int   // offset of the next GRO segment in datagram next
 	fn      func(fd uintptr) bool
 	t       tally
+	last    int64 // monotonic ns of the last recvmmsg that returned data (busy polling)
 }
 
 // sendState belongs to the one goroutine in WriteBatch.
@@ -80,6 +96,7 @@ type sendState struct {
 	names      []unix.RawSockaddrInet6
 	ctrl       []byte // gsoCmsgSpace bytes per header
 	segs       []int  // messages per header
+	usedIovs   int    // iovecs filled by prepare since the last clear
 	start, end int    // headers to send
 	sent       int    // headers sendmmsg sent
 	err        error  // its error
@@ -158,7 +175,7 @@ func (c *udpConn) initSys(o *Options) error {
 	w := &s.wr
 	n = IdealBatchSize
 	w.hdrs = make([]mmsghdr, n)
-	w.iovs = make([]unix.Iovec, n)
+	w.iovs = make([]unix.Iovec, iovsPerMsg*n) // a message with a Payload takes three
 	w.names = make([]unix.RawSockaddrInet6, n)
 	w.ctrl = make([]byte, n*gsoCmsgSpace)
 	w.segs = make([]int, n)
@@ -174,17 +191,32 @@ func (c *udpConn) initSys(o *Options) error {
 }
 
 // recvmmsg is the RawConn.Read callback: false means "wait until readable".
+// With busy polling on, an empty socket is polled again, with a
+// runtime.Gosched between tries so that the goroutines waiting for the
+// data (and, with one P, everything else) keep running, until the busy
+// window after the last datagram has passed.
 func (c *udpConn) recvmmsg(fd uintptr) bool {
 	r := &c.sys.rd
+	spins := 0
 	for {
 		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), 0, 0, 0)
 		switch e {
 		case 0:
 			r.got, r.err = int(n), nil
+			if spins > 0 || c.sys.busyNs.Load() != 0 {
+				r.last = monoNow()
+			}
 			return true
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
+			if busy := c.sys.busyNs.Load(); busy > 0 && !c.closed.Load() {
+				if spins&15 != 0 || c.sys.busyHold.Load() > 0 || monoNow()-r.last < busy {
+					spins++
+					runtime.Gosched()
+					continue
+				}
+			}
 			return false
 		default:
 			r.got, r.err = 0, e
@@ -353,11 +385,12 @@ func (c *udpConn) writeBatch(msgs []Message) (int, error) {
 	defer func() {
 		var bytes uint64
 		for i := range msgs[:done] {
-			bytes += uint64(len(msgs[i].Buf))
+			bytes += uint64(msgLen(&msgs[i]))
 		}
 		c.ctr.packetsOut.Add(uint64(done))
 		c.ctr.bytesOut.Add(bytes)
-		clear(w.iovs[:min(len(msgs), len(w.iovs))]) // do not keep the caller's buffers alive
+		clear(w.iovs[:w.usedIovs]) // do not keep the caller's buffers alive
+		w.usedIovs = 0
 	}()
 	for done < len(msgs) {
 		nh, nm, perr := c.prepare(msgs[done:], !noGSO && c.sys.gso.Load())
@@ -405,19 +438,22 @@ func (c *udpConn) writeBatch(msgs []Message) (int, error) {
 // first message it cannot send (after them).
 func (c *udpConn) prepare(msgs []Message, gso bool) (nh, nm int, err error) {
 	w := &c.sys.wr
-	for nm < len(msgs) && nh < len(w.hdrs) && nm < len(w.iovs) {
+	ni := 0 // iovecs used
+	// At most IdealBatchSize messages per call, whatever their iovecs.
+	for nm < len(msgs) && nm < IdealBatchSize && nh < len(w.hdrs) && ni+iovsPerMsg <= len(w.iovs) {
 		first := &msgs[nm]
 		dst, err := c.checkOut(first)
 		if err != nil {
 			return nh, nm, err
 		}
-		size := len(first.Buf)
+		size := msgLen(first)
 		j, total := nm+1, size
 		if gso {
-			for j < len(msgs) && j-nm < maxGSOSegments && j < len(w.iovs) {
+			for j < len(msgs) && j < IdealBatchSize && j-nm < maxGSOSegments && ni+iovsPerMsg*(j-nm+1) <= len(w.iovs) {
 				m := &msgs[j]
-				l := len(m.Buf)
-				if m.Addr != first.Addr || l > size || l < wire.BTHSize+wire.ICRCSize || total+l > maxUDPPayload {
+				l := msgLen(m)
+				if m.Addr != first.Addr || l > size || l < wire.BTHSize+wire.ICRCSize || total+l > maxUDPPayload ||
+					m.Payload != nil && len(m.Buf)-tailLen(m) < wire.BTHSize {
 					break
 				}
 				total += l
@@ -427,16 +463,29 @@ func (c *udpConn) prepare(msgs []Message, gso bool) (nh, nm int, err error) {
 				}
 			}
 		}
+		i0 := ni
 		for k := nm; k < j; k++ {
-			b := msgs[k].Buf
-			wire.PutICRC(b, c.laddr, dst, uint16(k-nm))
-			w.iovs[k].Base = &b[0]
-			w.iovs[k].SetLen(len(b))
+			m := &msgs[k]
+			c.putICRC(m, dst, uint16(k-nm))
+			if len(m.Payload) == 0 { // Buf is the whole packet
+				w.iovs[ni].Base = &m.Buf[0]
+				w.iovs[ni].SetLen(len(m.Buf))
+				ni++
+				continue
+			}
+			t := len(m.Buf) - tailLen(m)
+			w.iovs[ni].Base = &m.Buf[0]
+			w.iovs[ni].SetLen(t)
+			w.iovs[ni+1].Base = &m.Payload[0]
+			w.iovs[ni+1].SetLen(len(m.Payload))
+			w.iovs[ni+2].Base = &m.Buf[t]
+			w.iovs[ni+2].SetLen(len(m.Buf) - t)
+			ni += 3
 		}
 		h := &w.hdrs[nh].Hdr
 		h.Namelen = c.putSockaddr(&w.names[nh], dst)
-		h.Iov = &w.iovs[nm]
-		h.SetIovlen(j - nm)
+		h.Iov = &w.iovs[i0]
+		h.SetIovlen(ni - i0)
 		h.Flags = 0
 		if j-nm > 1 {
 			off := nh * gsoCmsgSpace
@@ -450,6 +499,7 @@ func (c *udpConn) prepare(msgs []Message, gso bool) (nh, nm int, err error) {
 		w.segs[nh] = j - nm
 		nh, nm = nh+1, j
 	}
+	w.usedIovs = max(w.usedIovs, ni)
 	return nh, nm, nil
 }
 
@@ -464,3 +514,27 @@ func (c *udpConn) disableGSO(err error) {
 		c.log.Warn("UDP GSO send failed; sending one datagram per packet from now on", "addr", c.laddr, "err", err)
 	}
 }
+
+func (s *sysConn) groOn() bool { return s.gro }
+
+// SetBusyPoll turns busy polling of the socket on (d > 0) or off: a
+// ReadBatch that finds no datagram polls again instead of sleeping, for up
+// to d after the last datagram arrived. It costs a processor while it
+// spins; it saves the wake-up of a sleeping receiver (epoll, a thread, the
+// scheduler), which is most of a round trip's time on a fast link.
+func (c *udpConn) SetBusyPoll(d time.Duration) {
+	c.sys.busyNs.Store(int64(max(d, 0)))
+}
+
+// HoldBusyPoll adds delta (+1 or -1) to the number of goroutines spinning
+// on what this endpoint receives (a CQ poller): while any is, a busy-polling
+// ReadBatch does not park. A spinning goroutine that only yields keeps the
+// runtime from ever polling the network, so a parked reader would wait for
+// the scheduler's 10 ms backstop.
+func (c *udpConn) HoldBusyPoll(delta int) { c.sys.busyHold.Add(int32(delta)) }
+
+// monoStart anchors monoNow.
+var monoStart = time.Now()
+
+// monoNow is a monotonic clock in nanoseconds.
+func monoNow() int64 { return int64(time.Since(monoStart)) }

@@ -49,13 +49,22 @@ func (c *udpConn) writePortable(msgs []Message) (int, error) {
 		if err != nil {
 			return i, err
 		}
-		wire.PutICRC(m.Buf, c.laddr, dst, 0)
-		if _, err := c.pc.WriteToUDPAddrPort(m.Buf, dst); err != nil {
+		c.putICRC(m, dst, 0)
+		pkt := m.Buf
+		if m.Payload != nil { // one datagram per call: flatten into a scratch buffer
+			t := len(m.Buf) - tailLen(m)
+			if c.flat == nil {
+				c.flat = make([]byte, 0, maxUDPPayload)
+			}
+			c.flat = append(append(append(c.flat[:0], m.Buf[:t]...), m.Payload...), m.Buf[t:]...)
+			pkt = c.flat
+		}
+		if _, err := c.pc.WriteToUDPAddrPort(pkt, dst); err != nil {
 			return i, err
 		}
 		c.ctr.writeCalls.Add(1)
 		c.ctr.packetsOut.Add(1)
-		c.ctr.bytesOut.Add(uint64(len(m.Buf)))
+		c.ctr.bytesOut.Add(uint64(len(pkt)))
 	}
 	return len(msgs), nil
 }

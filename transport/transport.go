@@ -20,6 +20,12 @@ type Message struct {
 	// trailer bytes, which the Conn overwrites with the ICRC. On read it is
 	// a view into the Conn's receive buffers, valid until the next ReadBatch.
 	Buf []byte
+	// Payload, on write to a Conn for which PayloadCapable reports true,
+	// is the packet's payload, sent from where it lies (registered memory)
+	// instead of being copied into Buf: the packet is then Buf's headers ‖
+	// Payload ‖ Buf's last PadCnt+4 bytes (pad and trailer, PadCnt taken
+	// from the BTH). Nil on read, and for every other Conn.
+	Payload []byte
 	// Addr is the remote endpoint: the destination on write, the source on
 	// read.
 	Addr netip.AddrPort
@@ -61,6 +67,14 @@ type Stats struct {
 	Drops                 [wire.NumReasons]uint64
 	// Syscalls counts read and write system calls (0 for in-memory links).
 	ReadCalls, WriteCalls uint64
+}
+
+// PayloadCapable reports whether c sends Message.Payload (a gathering
+// send). Only the UDP endpoint returned by Open does; wrappers (sniff,
+// transporttest) are not, so their users build whole packets.
+func PayloadCapable(c Conn) bool {
+	_, ok := c.(interface{ gathersPayload() })
+	return ok
 }
 
 // ErrNotSupported is wrapped by errors that report a feature this kernel or

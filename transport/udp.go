@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/tbrdma/tbrdma/transport/wire"
 )
@@ -90,6 +91,24 @@ func OffloadsOf(c Conn) (Offloads, bool) {
 	return Offloads{}, false
 }
 
+// MaxPacketSizeOf returns the largest UDP payload c receives if c is (or
+// wraps, through an Unwrap() Conn method) a UDP endpoint returned by Open:
+// any datagram with UDP GRO, else Options.MaxPacketSize. ok is false for
+// other Conns (the in-memory links of transporttest have no limit).
+func MaxPacketSizeOf(c Conn) (n int, ok bool) {
+	for c != nil {
+		switch v := c.(type) {
+		case interface{ MaxPacketSize() int }:
+			return v.MaxPacketSize(), true
+		case interface{ Unwrap() Conn }:
+			c = v.Unwrap()
+		default:
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
 // udpConn is the UDP endpoint. The platform files (batch_linux.go,
 // batch_default.go) supply initSys, readBatch and writeBatch and the sys
 // field's type; portable.go the one-datagram-per-call path; everything else
@@ -109,6 +128,7 @@ type udpConn struct {
 
 	ctr      counters
 	sys      sysConn
+	flat     []byte         // the portable path's send buffer for messages with a Payload
 	portable *portableState // the portable path's state, if it is in use
 }
 
@@ -259,6 +279,16 @@ func bufSize(n int) int {
 	return n
 }
 
+// MaxPacketSize is the largest UDP payload the endpoint receives: any
+// datagram when GRO is on (its receive slots hold 64 KiB), else the
+// MaxPacketSize it was opened with.
+func (c *udpConn) MaxPacketSize() int {
+	if c.portable == nil && c.sys.groOn() {
+		return maxUDPPayload
+	}
+	return c.maxPkt
+}
+
 // Offloads reports the offloads in use. GSO may be turned off after Open
 // if the first GSO send fails (a device without checksum offload).
 func (c *udpConn) Offloads() Offloads {
@@ -294,14 +324,40 @@ func (c *udpConn) accept(t *tally, pkt []byte, src netip.AddrPort, m *Message) b
 	return true
 }
 
+func (c *udpConn) gathersPayload() {}
+
+// msgLen is the length of the packet m carries (Buf and Payload).
+func msgLen(m *Message) int { return len(m.Buf) + len(m.Payload) }
+
+// tailLen is the length of the pad and trailer at the end of the Buf of a
+// message with a Payload (0 when Buf cannot hold a BTH and a trailer).
+func tailLen(m *Message) int {
+	if len(m.Buf) < wire.BTHSize+wire.ICRCSize {
+		return 0
+	}
+	return int(m.Buf[1]>>4&3) + wire.ICRCSize
+}
+
+// putICRC fills m's trailer for a datagram from the endpoint to dst with
+// IPv4 identification id.
+func (c *udpConn) putICRC(m *Message, dst netip.AddrPort, id uint16) {
+	if m.Payload == nil {
+		wire.PutICRC(m.Buf, c.laddr, dst, id)
+		return
+	}
+	t := len(m.Buf) - tailLen(m)
+	wire.PutICRCParts(m.Buf[:t], m.Payload, m.Buf[t:], c.laddr, dst, id)
+}
+
 // checkOut validates a message to send and returns its unmapped
 // destination.
 func (c *udpConn) checkOut(m *Message) (netip.AddrPort, error) {
-	if len(m.Buf) < wire.BTHSize+wire.ICRCSize {
-		return netip.AddrPort{}, fmt.Errorf("transport: send: %d-byte packet: %w", len(m.Buf), wire.ErrShortPacket)
+	n := msgLen(m)
+	if len(m.Buf) < wire.BTHSize+wire.ICRCSize || m.Payload != nil && len(m.Buf)-tailLen(m) < wire.BTHSize {
+		return netip.AddrPort{}, fmt.Errorf("transport: send: %d-byte packet: %w", n, wire.ErrShortPacket)
 	}
-	if len(m.Buf) > maxUDPPayload {
-		return netip.AddrPort{}, fmt.Errorf("transport: send: %d-byte packet exceeds the %d-byte UDP limit", len(m.Buf), maxUDPPayload)
+	if n > maxUDPPayload {
+		return netip.AddrPort{}, fmt.Errorf("transport: send: %d-byte packet exceeds the %d-byte UDP limit", n, maxUDPPayload)
 	}
 	dst := netip.AddrPortFrom(m.Addr.Addr().Unmap(), m.Addr.Port())
 	if !dst.IsValid() || dst.Port() == 0 {
@@ -391,4 +447,40 @@ func setBuffersPortable(pc *net.UDPConn, rb, wb int) error {
 		return pc.SetWriteBuffer(wb)
 	}
 	return nil
+}
+
+// SetBusyPollOf turns busy polling on (d > 0) or off on c if c is (or
+// wraps, through an Unwrap() Conn method) a UDP endpoint returned by Open,
+// and reports whether it is one. Only the Linux batched path polls; the
+// others accept and ignore it.
+func SetBusyPollOf(c Conn, d time.Duration) bool {
+	for c != nil {
+		switch v := c.(type) {
+		case interface{ SetBusyPoll(time.Duration) }:
+			v.SetBusyPoll(d)
+			return true
+		case interface{ Unwrap() Conn }:
+			c = v.Unwrap()
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// HoldBusyPollOf calls HoldBusyPoll(delta) on c if c is (or wraps) a UDP
+// endpoint returned by Open: +1 when a goroutine starts spinning on data
+// the endpoint receives, -1 when it stops.
+func HoldBusyPollOf(c Conn, delta int) {
+	for c != nil {
+		switch v := c.(type) {
+		case interface{ HoldBusyPoll(int) }:
+			v.HoldBusyPoll(delta)
+			return
+		case interface{ Unwrap() Conn }:
+			c = v.Unwrap()
+		default:
+			return
+		}
+	}
 }

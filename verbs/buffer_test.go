@@ -2,7 +2,9 @@ package verbs_test
 
 import (
 	"os"
+	"runtime"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/tbrdma/tbrdma/verbs"
@@ -41,29 +43,55 @@ func TestAllocBufferAlignedAndUsable(t *testing.T) {
 // TestSteadyStateAllocs: posting, polling and the packets they cause
 // allocate nothing once the pools are warm.
 func TestSteadyStateAllocs(t *testing.T) {
-	p := verbstest.NewPair(t, verbstest.Options{}) // real UDP: the in-memory link copies packets
-	a, b := p.A, p.B
-	wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 8192)},
-		RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()}
-	wc := make([]verbs.WC, 1)
-	op := func() {
-		if _, err := a.QP.PostSend(wr); err != nil {
-			t.Fatal(err)
-		}
-		for {
-			n, err := a.CQ.Poll(wc)
-			if err != nil {
-				t.Fatal(err)
+	for _, c := range []struct {
+		name      string
+		seg, size int
+		busy      bool
+	}{
+		{"standard", 0, 8192, false},             // two 4096-byte packets, payloads sent from the MR
+		{"large segments", 32768, 100000, false}, // four segments of up to 32 KiB
+		{"busy poll", 0, 64, true},               // a spinning poller and a polling receive loop
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// real UDP: the in-memory link copies packets
+			p := verbstest.NewPair(t, verbstest.Options{BufSize: max(c.size, 4096), SegmentSize: c.seg})
+			a, b := p.A, p.B
+			if c.busy {
+				for _, x := range []*verbs.Context{a.Ctx, b.Ctx} {
+					if !x.SetBusyPoll(time.Millisecond) {
+						t.Fatal("SetBusyPoll on a UDP context reported false")
+					}
+				}
+				a.Ctx.Spinning(true)
+				defer a.Ctx.Spinning(false)
 			}
-			if n == 1 {
-				return
+			wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, c.size)},
+				RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()}
+			wc := make([]verbs.WC, 1)
+			op := func() {
+				if _, err := a.QP.PostSend(wr); err != nil {
+					t.Fatal(err)
+				}
+				for {
+					n, err := a.CQ.Poll(wc)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if n == 1 {
+						if wc[0].Status != verbs.WCSuccess {
+							t.Fatalf("completion %v", wc[0].Status)
+						}
+						return
+					}
+					runtime.Gosched()
+				}
 			}
-		}
-	}
-	for i := 0; i < 20; i++ {
-		op()
-	}
-	if n := testing.AllocsPerRun(50, op); n != 0 {
-		t.Errorf("%v allocations per WRITE (post + packets + poll), want 0", n)
+			for i := 0; i < 20; i++ {
+				op()
+			}
+			if n := testing.AllocsPerRun(50, op); n != 0 {
+				t.Errorf("%v allocations per WRITE (post + packets + poll), want 0", n)
+			}
+		})
 	}
 }

@@ -55,6 +55,11 @@ const (
 	QPAttrPathMigState     QPAttrMask = 1 << 18
 	QPAttrCap              QPAttrMask = 1 << 19
 	QPAttrDestQPN          QPAttrMask = 1 << 20
+	// QPAttrSegmentSize selects QPAttr.SegmentSize: the tbrdma
+	// large-segment extension (segment.go), optional on an RC or UC QP's
+	// INIT→RTR transition. ibverbs has no such bit; it sits far above the
+	// ones it defines.
+	QPAttrSegmentSize QPAttrMask = 1 << 30
 )
 
 // QPAttr holds QP attributes (struct ibv_qp_attr).
@@ -77,6 +82,10 @@ type QPAttr struct {
 	RNRRetry        uint8 // 0..7, 7 = infinite
 	MaxRdAtomic     uint8 // outstanding READ/atomic this QP may issue
 	MaxDestRdAtomic uint8 // READ/atomic responder resources
+	// SegmentSize, with QPAttrSegmentSize, replaces PathMTU as the size of
+	// the QP's packets (tbrdma extension, see SetMaxSegmentSize): 0 means
+	// PathMTU. Only a peer that agreed to it accepts such packets.
+	SegmentSize int
 }
 
 // transition lists the attributes a state change requires and allows.
@@ -110,10 +119,10 @@ func transitionFor(t QPType, from, to QPState) (transition, bool) {
 			return transition{req: QPAttrState, opt: QPAttrPKeyIndex | QPAttrQKey}, true
 		case rc:
 			return transition{req: QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer,
-				opt: QPAttrAltPath | QPAttrAccessFlags | QPAttrPKeyIndex}, true
+				opt: QPAttrAltPath | QPAttrAccessFlags | QPAttrPKeyIndex | QPAttrSegmentSize}, true
 		default:
 			return transition{req: QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN,
-				opt: QPAttrAltPath | QPAttrAccessFlags | QPAttrPKeyIndex}, true
+				opt: QPAttrAltPath | QPAttrAccessFlags | QPAttrPKeyIndex | QPAttrSegmentSize}, true
 		}
 	case from == QPStateRTR && to == QPStateRTS:
 		switch {
@@ -335,6 +344,14 @@ func (qp *QP) modifyLocked(attr *QPAttr, mask QPAttrMask, now time.Time) error {
 	if mask&QPAttrPathMTU != 0 && attr.PathMTU > MTU4096 {
 		return fmt.Errorf("verbs: modify QP %v: path MTU above 4096: %w", qp.qpn, ErrInvalidArgument)
 	}
+	if mask&QPAttrSegmentSize != 0 && attr.SegmentSize != 0 {
+		if !ValidSegmentSize(attr.SegmentSize) {
+			return fmt.Errorf("verbs: modify QP %v: segment size %d: want a multiple of 4096 from %d to %d: %w", qp.qpn, attr.SegmentSize, MinSegmentSize, SegmentSizeLimit, ErrInvalidArgument)
+		}
+		if lim := qp.ctx.MaxSegmentSize(); attr.SegmentSize > lim {
+			return fmt.Errorf("verbs: modify QP %v: segment size %d above the context's %d: enable large segments with Context.SetMaxSegmentSize (only toward a peer that agreed to them): %w", qp.qpn, attr.SegmentSize, lim, ErrInvalidArgument)
+		}
+	}
 	if mask&QPAttrAV != 0 && attr.AH.DGID.IsZero() {
 		return fmt.Errorf("verbs: modify QP %v: zero destination GID: %w", qp.qpn, ErrInvalidArgument)
 	}
@@ -374,6 +391,9 @@ func (qp *QP) modifyLocked(attr *QPAttr, mask QPAttrMask, now time.Time) error {
 	if mask&QPAttrPathMTU != 0 {
 		a.PathMTU = attr.PathMTU
 	}
+	if mask&QPAttrSegmentSize != 0 {
+		a.SegmentSize = attr.SegmentSize
+	}
 	if mask&QPAttrTimeout != 0 {
 		a.Timeout = attr.Timeout
 	}
@@ -406,10 +426,14 @@ func (qp *QP) modifyLocked(attr *QPAttr, mask QPAttrMask, now time.Time) error {
 	switch to {
 	case QPStateReset:
 		qp.reset()
+		a.SegmentSize = 0 // a reused QP never inherits the extension
 	case QPStateErr:
 		qp.enterError(now)
 	case QPStateRTR:
 		qp.pmtu = a.PathMTU.Bytes()
+		if a.SegmentSize != 0 && qp.typ != QPTypeUD {
+			qp.pmtu = a.SegmentSize
+		}
 		if qp.typ == QPTypeUD {
 			qp.pmtu = qp.ctx.activeMTU.Bytes()
 		}

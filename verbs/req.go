@@ -221,6 +221,18 @@ func (qp *QP) sendSegment(w *sendWQE, now time.Time) bool {
 		}
 		buf = h.Append(buf)
 		hl := len(buf)
+		if n >= zeroCopyMin && w.inline == nil && c.gathers {
+			if src := c.contiguous(w.wr.SGList, off, n, qp.pd.id); src != nil {
+				pad := wire.PadCount(int(n))
+				buf[1] = buf[1]&^0x30 | byte(pad)<<4
+				buf = append(buf, zeroPad[:pad+wire.ICRCSize]...)
+				w.sent++
+				qp.req.psn = psn.Next()
+				c.queuePayload(buf, src, qp.dst)
+				qp.armRetx(now)
+				return true
+			}
+		}
 		buf = buf[:hl+int(n)]
 		payload = buf[hl:]
 		if w.inline != nil {
@@ -237,12 +249,17 @@ func (qp *QP) sendSegment(w *sendWQE, now time.Time) bool {
 		qp.req.psn = psn.Next()
 	}
 	c.queue(buf, qp.dst)
+	qp.armRetx(now)
+	return true
+}
+
+// armRetx starts the retransmit timer of an RC QP if it is not running.
+func (qp *QP) armRetx(now time.Time) {
 	if qp.typ == QPTypeRC && qp.req.retxAt.IsZero() {
 		if t := qp.ackTimeout(); t > 0 {
 			qp.req.retxAt = now.Add(t)
 		}
 	}
-	return true
 }
 
 var zeroPad [8]byte

@@ -378,12 +378,17 @@ func (qp *QP) sendReadResponses(res *rdResource, from PSN, end uint32) {
 		h.AETH = wire.AETHFields{Syndrome: wire.SyndromeACK, MSN: res.msn}
 		buf := h.Append(c.getBuf())
 		hl := len(buf)
-		buf = buf[:hl+int(n)]
+		var zc []byte // the payload, sent from registered memory
 		if n > 0 {
 			c.mrs.RLock()
 			src, st := c.mrs.Lookup(res.rkey, qp.pd.id, res.va+off, n, mem.RemoteRead)
 			if st == mem.OK {
-				copy(buf[hl:], src)
+				if n >= zeroCopyMin && c.gathers {
+					zc = src
+				} else {
+					buf = buf[:hl+int(n)]
+					copy(buf[hl:], src)
+				}
 			}
 			c.mrs.RUnlock()
 			if st != mem.OK {
@@ -396,7 +401,11 @@ func (qp *QP) sendReadResponses(res *rdResource, from PSN, end uint32) {
 		pad := wire.PadCount(int(n))
 		buf[1] = buf[1]&^0x30 | byte(pad)<<4
 		buf = append(buf, zeroPad[:pad+wire.ICRCSize]...)
-		c.queue(buf, qp.dst)
+		if zc != nil {
+			c.queuePayload(buf, zc, qp.dst)
+		} else {
+			c.queue(buf, qp.dst)
+		}
 	}
 }
 

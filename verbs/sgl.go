@@ -37,6 +37,30 @@ func (c *Context) gather(dst []byte, sgl []SGE, off uint64, pd uint32) WCStatus 
 	return WCSuccess
 }
 
+// contiguous returns the n bytes at byte off of the message the SGE list
+// describes when they lie in one SGE of registered memory of pd, or nil
+// (then gather them). The slice aliases the registered buffer.
+func (c *Context) contiguous(sgl []SGE, off, n uint64, pd uint32) []byte {
+	for _, s := range sgl {
+		l := uint64(s.Length)
+		if off >= l {
+			off -= l
+			continue
+		}
+		if off+n > l {
+			return nil
+		}
+		c.mrs.RLock()
+		src, st := c.mrs.Lookup(uint32(s.LKey), pd, s.Addr+off, n, 0)
+		c.mrs.RUnlock()
+		if st != mem.OK {
+			return nil
+		}
+		return src
+	}
+	return nil
+}
+
 // scatter copies data into the message the SGE list describes, starting at
 // byte off. The memory must grant LOCAL_WRITE.
 func (c *Context) scatter(sgl []SGE, off uint64, data []byte, pd uint32) WCStatus {

@@ -23,6 +23,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"net/netip"
+	"sync/atomic"
 )
 
 // ICRCSize is the length of the ICRC trailer.
@@ -53,10 +54,30 @@ func ICRC(src, dst netip.AddrPort, ipID uint16, roce []byte) uint32 {
 	return crc32.Update(crc, crc32.IEEETable, roce[BTHSize:])
 }
 
+// PutICRCParts is PutICRC for a packet in three parts, as a gathering
+// send carries it: hdr (the headers, BTH first), payload, and tail (pad
+// bytes, then the four trailer bytes, which it fills).
+func PutICRCParts(hdr, payload, tail []byte, src, dst netip.AddrPort, ipID uint16) {
+	var m [ipv6HdrLen + udpHdrLen + BTHSize]byte
+	n := maskedHeadersLen(&m, src, dst, ipID, hdr, len(hdr)+len(payload)+len(tail)-ICRCSize)
+	crc := updateSmall(icrcSeed, &m, n)
+	crc = crc32.Update(crc, crc32.IEEETable, hdr[BTHSize:])
+	crc = crc32.Update(crc, crc32.IEEETable, payload)
+	t := len(tail) - ICRCSize
+	crc = crc32.Update(crc, crc32.IEEETable, tail[:t])
+	binary.LittleEndian.PutUint32(tail[t:], crc)
+}
+
 // maskedHeaders writes the masked IP, UDP and BTH headers of the ICRC input
 // into hdr and returns their length. roce must hold a BTH.
 func maskedHeaders(hdr *[ipv6HdrLen + udpHdrLen + BTHSize]byte, src, dst netip.AddrPort, ipID uint16, roce []byte) int {
-	udpLen := udpHdrLen + len(roce) + ICRCSize
+	return maskedHeadersLen(hdr, src, dst, ipID, roce, len(roce))
+}
+
+// maskedHeadersLen is maskedHeaders for a packet of roceLen bytes (without
+// the trailer) whose BTH is at the start of roce.
+func maskedHeadersLen(hdr *[ipv6HdrLen + udpHdrLen + BTHSize]byte, src, dst netip.AddrPort, ipID uint16, roce []byte, roceLen int) int {
+	udpLen := udpHdrLen + roceLen + ICRCSize
 	sa, da := src.Addr().Unmap(), dst.Addr().Unmap()
 	var n int
 	if sa.Is4() && da.Is4() { // As4 panics on anything else
@@ -135,16 +156,39 @@ func ICRCFromHeaders(ip, udp, roce []byte) (icrc uint32, ok bool) {
 	return crc32.Update(crc, crc32.IEEETable, roce[BTHSize:]), true
 }
 
-// updateSmall is crc32.Update over hdr[:n] with a byte-wise table loop, so
-// that the header buffer stays on the stack (crc32.Update makes its
-// argument escape).
+// updateSmall is crc32.Update over hdr[:n], so that the header buffer
+// stays on the stack (crc32.Update makes its argument escape). It takes
+// eight bytes per step (slicing-by-8): the byte-wise loop it replaced was
+// 6 % of the CPU time of a 4 KiB-packet stream.
 func updateSmall(crc uint32, hdr *[ipv6HdrLen + udpHdrLen + BTHSize]byte, n int) uint32 {
 	crc = ^crc
-	for _, c := range hdr[:n] {
+	p := hdr[:n]
+	t := &slicing8
+	for len(p) >= 8 {
+		crc ^= binary.LittleEndian.Uint32(p)
+		hi := binary.LittleEndian.Uint32(p[4:])
+		crc = t[0][hi>>24] ^ t[1][(hi>>16)&0xff] ^ t[2][(hi>>8)&0xff] ^ t[3][hi&0xff] ^
+			t[4][crc>>24] ^ t[5][(crc>>16)&0xff] ^ t[6][(crc>>8)&0xff] ^ t[7][crc&0xff]
+		p = p[8:]
+	}
+	for _, c := range p {
 		crc = crc32.IEEETable[byte(crc)^c] ^ crc>>8
 	}
 	return ^crc
 }
+
+// slicing8[k][b] is the CRC register after byte b followed by k zero bytes.
+var slicing8 = func() (t [8][256]uint32) {
+	t[0] = *crc32.IEEETable
+	for i := range 256 {
+		c := t[0][i]
+		for k := 1; k < 8; k++ {
+			c = t[0][c&0xff] ^ c>>8
+			t[k][i] = c
+		}
+	}
+	return t
+}()
 
 // AppendICRC appends the little-endian ICRC trailer to b.
 func AppendICRC(b []byte, icrc uint32) []byte {
@@ -202,7 +246,7 @@ func RecoverIPv4ID(diff uint32, roceLen int) (id uint16, ok bool) {
 		return 0, false // no UDP datagram is that long
 	}
 	after := 14 + udpHdrLen + roceLen
-	r := gfMul(diff, xPowInv8(after))
+	r := gfMul(diff, cachedXPowInv8(after))
 	// r is now the zero-initialised CRC register after the two ID bytes.
 	// Reflected table steps from zero: r1 = T[b0]; r2 = (r1>>8) ^ T[(r1^b1)&0xff].
 	k := crcTopInv[r>>24]
@@ -274,6 +318,23 @@ var xInv8Pow2 = func() (t [64]uint32) {
 	}
 	return t
 }()
+
+// xPowCache holds recent xPowInv8 results, direct-mapped by k: a stream
+// of equal-sized packets (every GSO segment after the first needs its ID
+// recovered) then pays one multiplication per packet instead of one per
+// set bit of k. An entry is k<<32 | value, so that a reader never sees
+// half of one.
+var xPowCache [64]atomic.Uint64
+
+func cachedXPowInv8(k int) uint32 {
+	e := &xPowCache[(k^k>>6)&63]
+	if v := e.Load(); v>>32 == uint64(k) && v != 0 {
+		return uint32(v)
+	}
+	r := xPowInv8(k)
+	e.Store(uint64(k)<<32 | uint64(r))
+	return r
+}
 
 // xPowInv8 returns x^(-8k) modulo the polynomial.
 func xPowInv8(k int) uint32 {

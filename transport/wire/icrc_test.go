@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/hex"
 	"math/rand/v2"
 	"net/netip"
@@ -122,5 +123,32 @@ func TestICRCNoAllocs(t *testing.T) {
 		VerifyICRC(pkt, src, dst)
 	}); n != 0 {
 		t.Errorf("allocs = %v, want 0", n)
+	}
+}
+
+// PutICRCParts over any split of a packet gives PutICRC's trailer.
+func TestPutICRCParts(t *testing.T) {
+	src := netip.MustParseAddrPort("198.18.0.2:49152")
+	dst := netip.MustParseAddrPort("[2001:db8::1]:4791")
+	for _, s := range []netip.AddrPort{src, netip.MustParseAddrPort("[2001:db8::2]:4791")} {
+		d := netip.MustParseAddrPort("198.18.0.3:4791")
+		if s.Addr().Is6() {
+			d = dst
+		}
+		h := Headers{BTH: BTHFields{Opcode: WriteOnly, PKey: PKeyDefault, DestQP: 0x11, PSN: 5},
+			RETH: RETHFields{VA: 0x1000, RKey: 7, DMALen: 1001}}
+		payload := make([]byte, 1001)
+		for i := range payload {
+			payload[i] = byte(i * 13)
+		}
+		whole := AppendPacket(nil, &h, payload)
+		PutICRC(whole, s, d, 3)
+		hl := h.Len()
+		tail := bytes.Clone(whole[hl+len(payload):])
+		clear(tail[len(tail)-ICRCSize:])
+		PutICRCParts(whole[:hl], payload, tail, s, d, 3)
+		if !bytes.Equal(tail, whole[hl+len(payload):]) {
+			t.Fatalf("%v: parts trailer %x, whole %x", s, tail, whole[hl+len(payload):])
+		}
 	}
 }

@@ -31,6 +31,10 @@ type Options struct {
 	MaxRdAtomic                              uint8
 	MaxSendWR, MaxRecvWR                     int
 	Access                                   verbs.AccessFlags
+	// SegmentSize, when not 0, enables the large-segment extension on both
+	// contexts (Context.SetMaxSegmentSize) and gives RC and UC QPs that
+	// segment size in Connect.
+	SegmentSize int
 }
 
 // End is one side of a Pair.
@@ -106,7 +110,7 @@ func NewPair(tb testing.TB, o Options) *Pair {
 	}
 	var ends [2]*End
 	for i := range ends {
-		opts := &verbs.Options{Conn: o.Conns[i], ActiveMTU: o.PathMTU}
+		opts := &verbs.Options{Conn: o.Conns[i], ActiveMTU: o.PathMTU, MaxSegmentSize: o.SegmentSize}
 		if opts.Conn == nil {
 			opts.Addr = LoopbackAddr()
 		}
@@ -169,6 +173,10 @@ func Connect(e, peer *End, o Options) error {
 	rtr := &verbs.QPAttr{State: verbs.QPStateRTR, AH: ah, PathMTU: o.PathMTU, DestQPN: peer.QP.QPN(),
 		RQPSN: verbs.PSN(0x100 + uint32(peer.QP.QPN())), MaxDestRdAtomic: o.MaxRdAtomic, MinRNRTimer: o.MinRNRTimer}
 	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
+	if o.SegmentSize != 0 {
+		rtr.SegmentSize = o.SegmentSize
+		mask |= verbs.QPAttrSegmentSize
+	}
 	if o.Type == verbs.QPTypeRC {
 		mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
 	}
