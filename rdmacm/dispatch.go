@@ -1,6 +1,7 @@
 package rdmacm
 
 import (
+	"container/heap"
 	"context"
 	"hash/fnv"
 	"math/rand/v2"
@@ -40,7 +41,8 @@ type dispatcher struct {
 	// connections destroyed before their timewait ended, with its end.
 	remoteQP map[qpKey]*ID
 	timewait map[remoteKey]twEntry
-	removed  bool // the verbs.Context was closed
+	twQueue  twQueue // the timewait records' ends, earliest first
+	removed  bool    // the verbs.Context was closed
 
 	kick   chan struct{}
 	cancel context.CancelFunc
@@ -231,8 +233,15 @@ func (d *dispatcher) nextDeadline() time.Time {
 	for _, id := range d.sidrs {
 		earliest(id.sidr.Deadline())
 	}
-	for _, e := range d.timewait {
-		earliest(e.expires)
+	// The timewait records expire in the order of twQueue; entries whose
+	// record was replaced or removed are dropped lazily here and in tick.
+	for len(d.twQueue) > 0 {
+		top := d.twQueue[0]
+		if e, ok := d.timewait[top.key]; ok && e.expires.Equal(top.expires) {
+			earliest(top.expires)
+			break
+		}
+		heap.Pop(&d.twQueue)
 	}
 	return next
 }
@@ -250,11 +259,34 @@ func (d *dispatcher) tick(now time.Time) {
 			id.applySIDR(now, id.sidr.Tick(now))
 		}
 	}
-	for k, e := range d.timewait {
-		if !now.Before(e.expires) {
-			delete(d.timewait, k)
+	for len(d.twQueue) > 0 && !now.Before(d.twQueue[0].expires) {
+		top := heap.Pop(&d.twQueue).(twExpiry)
+		if e, ok := d.timewait[top.key]; ok && e.expires.Equal(top.expires) {
+			delete(d.timewait, top.key)
 		}
 	}
+}
+
+// twExpiry is one timewait record's end, in twQueue.
+type twExpiry struct {
+	expires time.Time
+	key     remoteKey
+}
+
+// twQueue is a min-heap of timewait ends: the dispatcher finds its next
+// deadline and the expired records without scanning every record (with
+// thousands of connections a second, that scan dominated).
+type twQueue []twExpiry
+
+func (q twQueue) Len() int           { return len(q) }
+func (q twQueue) Less(i, j int) bool { return q[i].expires.Before(q[j].expires) }
+func (q twQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *twQueue) Push(x any)        { *q = append(*q, x.(twExpiry)) }
+func (q *twQueue) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
 }
 
 // indexQP records a live connection under the peer's (QPN, CA GUID).
@@ -290,6 +322,7 @@ func (d *dispatcher) enterTimewait(now time.Time, id *ID) {
 		return
 	}
 	d.timewait[id.rkey] = twEntry{local: id.conn.LocalID, expires: expires}
+	heap.Push(&d.twQueue, twExpiry{expires: expires, key: id.rkey})
 	d.wake()
 }
 
