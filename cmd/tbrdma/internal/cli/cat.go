@@ -201,46 +201,37 @@ func (e *catEvents) disconnect(id *rdmacm.ID) {
 	}
 }
 
-// catProgress prints progress on a terminal, at most four times a second.
+// catProgress is cat's progress line on a terminal (ui.Progress: bytes,
+// rate, elapsed; from a second into the stream, at most four times a
+// second) and its closing summary.
 type catProgress struct {
+	p     *ui.Progress
 	w     io.Writer
 	on    bool
 	now   func() time.Time
 	start time.Time
-	last  time.Time
 	verb  string
 }
 
 func newCatProgress(o *catOptions, verb string) *catProgress {
-	t := o.Now()
-	return &catProgress{w: o.IO.ErrOut, on: o.IO.IsStderrTTY(), now: o.Now, start: t, last: t, verb: verb}
+	return &catProgress{p: ui.NewProgress(o.IO, o.Now, "tbrdma cat: "+verb), w: o.IO.ErrOut, on: o.IO.IsStderrTTY(),
+		now: o.Now, start: o.Now(), verb: verb}
 }
 
-func (p *catProgress) update(n uint64) {
-	if !p.on {
-		return
-	}
-	if t := p.now(); t.Sub(p.last) >= 250*time.Millisecond {
-		p.last = t
-		fmt.Fprintf(p.w, "\r\x1b[Ktbrdma cat: %s %s, %s/s", p.verb, catSize(n), catSize(uint64(catRate(n, t.Sub(p.start)))))
-	}
-}
+func (p *catProgress) update(n uint64) { p.p.Update(n) }
 
 // done replaces the progress line by a summary (terminal only).
 func (p *catProgress) done(n uint64, what string) {
+	p.p.Clear()
 	if !p.on {
 		return
 	}
 	d := p.now().Sub(p.start)
-	fmt.Fprintf(p.w, "\r\x1b[Ktbrdma cat: %s %d bytes (%s) in %.2f s, %s/s; %s\n", p.verb, n, catSize(n), d.Seconds(), catSize(uint64(catRate(n, d))), what)
+	fmt.Fprintf(p.w, "tbrdma cat: %s %d bytes (%s) in %.2f s, %s/s; %s\n", p.verb, n, catSize(n), d.Seconds(), catSize(uint64(catRate(n, d))), what)
 }
 
 // clear removes the progress line before an error message.
-func (p *catProgress) clear() {
-	if p.on {
-		fmt.Fprint(p.w, "\r\x1b[K")
-	}
-}
+func (p *catProgress) clear() { p.p.Clear() }
 
 func catRate(n uint64, d time.Duration) float64 {
 	if d <= 0 {
@@ -429,7 +420,7 @@ func catReceive(ctx context.Context, o *catOptions, c *catConn, evs *catEvents) 
 				if gone || ctx.Err() != nil {
 					break
 				}
-				return fmt.Errorf("cat: transfer failed after %d bytes: %w", total, err)
+				return fmt.Errorf("cat: transfer failed after %d bytes: %w%s", total, err, catFailHint(err, "sender"))
 			}
 			switch wc.Opcode {
 			case verbs.WCSend:
@@ -737,8 +728,11 @@ func catSend(ctx context.Context, o *catOptions, c *catConn, ring catRing, evs *
 		seq, credited, total uint64
 		pend, final          *catChunk
 		finSent, armed, gone bool
+		probing              bool
 		ack                  *catMsg
 	)
+	probeTimer := time.NewTimer(catProbeInterval)
+	defer probeTimer.Stop()
 	for ack == nil {
 		wcs, err := c.poll()
 		if err != nil {
@@ -752,10 +746,18 @@ func catSend(ctx context.Context, o *catOptions, c *catConn, ring catRing, evs *
 				if gone {
 					return fmt.Errorf("cat: the receiver disconnected after %d bytes without confirming", total)
 				}
-				return fmt.Errorf("cat: transfer failed after %d bytes: %w", total, err)
+				if wc.WRID == catWRIDProbe {
+					return fmt.Errorf("cat: the receiver stopped answering after %d bytes: it returned no credit and did not acknowledge a probe (%v); it was stopped or killed, or the link went down; the stream is incomplete: start it again",
+						total, wc.Status)
+				}
+				return fmt.Errorf("cat: transfer failed after %d bytes: %w%s", total, err, catFailHint(err, "receiver"))
 			}
 			switch wc.Opcode {
 			case verbs.WCRDMAWrite:
+				if wc.WRID == catWRIDProbe {
+					probing = false // the receiver is alive
+					continue
+				}
 				free <- int(wc.WRID % nslots)
 			case verbs.WCRecv:
 				m, err := c.recvMsg(wc)
@@ -836,7 +838,20 @@ func catSend(ctx context.Context, o *catOptions, c *catConn, ring catRing, evs *
 			in = filled
 			idle.Store(seq == credited)
 		}
+		// Waiting on the receiver (a full ring, or the answer to the
+		// final message): probe it after a while.
+		var probe <-chan time.Time
+		if !probing && (pend != nil && seq-credited >= nslots || finSent) {
+			probeTimer.Reset(catProbeInterval)
+			probe = probeTimer.C
+		}
 		select {
+		case <-probe:
+			if _, err := c.qp.PostSend(verbs.SendWR{WRID: catWRIDProbe, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+				RemoteAddr: ring.addr, RKey: ring.rkey}); err != nil {
+				return fmt.Errorf("cat: %w", err)
+			}
+			probing = true
 		case ch := <-in:
 			if ch.final {
 				final = &ch
@@ -871,4 +886,20 @@ func catSend(ctx context.Context, o *catOptions, c *catConn, ring catRing, evs *
 	}
 	prog.done(total, "confirmed by the receiver")
 	return nil
+}
+
+// catFailHint explains a failed completion whose cause is the other end
+// (peer names it: "receiver" or "sender"): "" for other failures.
+func catFailHint(err error, peer string) string {
+	var wce *verbs.WCError
+	if !errors.As(err, &wce) {
+		return ""
+	}
+	switch wce.Status {
+	case verbs.WCRetryExcErr:
+		return fmt.Sprintf(" — the %s stopped answering (stopped or killed, or the link went down); the stream is incomplete: start it again", peer)
+	case verbs.WCRNRRetryExcErr:
+		return fmt.Sprintf(" — the %s stopped posting receives; the stream is incomplete: start it again", peer)
+	}
+	return ""
 }

@@ -30,6 +30,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tbrdma/tbrdma/rdmacm"
 	"github.com/tbrdma/tbrdma/verbs"
@@ -57,6 +58,15 @@ const (
 	catAckAborted   = 2
 	catWRIDFin      = 1 << 62 // WRIDs of control sends; chunk writes use seq
 	catWRIDCtrlSend = 1 << 61
+	// catWRIDProbe is the sender's liveness probe: a zero-length RDMA
+	// WRITE (no memory touched, no receive consumed), posted while it
+	// waits on the receiver with nothing else in flight, so that a dead
+	// receiver fails it (RETRY_EXC_ERR) instead of leaving the sender
+	// waiting forever.
+	catWRIDProbe = 1 << 60
+	// catProbeInterval is how long the sender waits on the receiver
+	// before it probes.
+	catProbeInterval = time.Second
 )
 
 // catRing is the receiver's ring as advertised in the REP.

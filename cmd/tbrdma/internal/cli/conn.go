@@ -57,13 +57,22 @@ func listenOne(ctx context.Context, bind netip.Addr, port int, ready func(net.Ad
 	return c, nil
 }
 
-// dial connects to peer:port, from bind when it is set.
+// dial connects to peer:port, from bind when it is set. peer is an
+// address or a name, resolved as resolveHost does (so a name "tbrdma peers"
+// lists works).
 func dial(ctx context.Context, peer string, bind netip.Addr, port int) (net.Conn, error) {
 	var d net.Dialer
 	if bind.IsValid() {
 		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(bind, 0))
 	}
-	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(peer, strconv.Itoa(port)))
+	addr, err := resolveHost(ctx, peer)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("couldn't resolve %s: %w", peer, err)
+	}
+	c, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(addr, uint16(port)).String())
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

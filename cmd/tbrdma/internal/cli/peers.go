@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -33,7 +34,10 @@ type peersOptions struct {
 	Timeout  time.Duration
 	Ifaces   []string
 	Static   []string
-	JSON     bool
+	// StaticFile is a peers file (discovery.ReadStaticPeers format);
+	// --watch re-reads it when it changes.
+	StaticFile string
+	JSON       bool
 
 	static []discovery.Peer
 }
@@ -55,12 +59,15 @@ Ctrl-C, which ends it with exit status 0.
 
 --static name=address[:port] lists a peer by hand where multicast does not
 work; static peers are printed after those mDNS found (and alone when there
-is no Thunderbolt interface). --json prints one JSON object per peer (with
+is no Thunderbolt interface). --static-file reads them from a file of
+name=address[:port] entries ("#" starts a comment); with --watch, edits to
+the file show as peers appearing, changing and leaving. --json prints one JSON object per peer (with
 --watch, per event), schemaVersion 1, raw values.`,
 		Example: `  tbrdma peers
   tbrdma peers --watch
   tbrdma peers --iface en5 --timeout 3s --json
-  tbrdma peers --static lab-mac=198.18.0.2,lab-pc=198.18.0.3`,
+  tbrdma peers --static lab-mac=198.18.0.2,lab-pc=198.18.0.3
+  tbrdma peers --watch --static-file ~/.config/tbrdma/peers`,
 		Args: maxArgs(0),
 		RunE: func(c *cobra.Command, _ []string) error {
 			opts.Logger = f.Logger
@@ -79,6 +86,17 @@ is no Thunderbolt interface). --json prints one JSON object per peer (with
 			if opts.static, err = discovery.StaticPeers(opts.Static...); err != nil {
 				return FlagErrorf("invalid --static: %v", err)
 			}
+			if opts.StaticFile != "" {
+				fh, err := os.Open(opts.StaticFile)
+				if err != nil {
+					return FlagErrorf("invalid --static-file: %v", err)
+				}
+				_, err = discovery.ReadStaticPeers(fh)
+				fh.Close()
+				if err != nil {
+					return FlagErrorf("invalid --static-file %s: %v (want name=address[:port] entries, one or more per line)", opts.StaticFile, err)
+				}
+			}
 			if runF != nil {
 				return runF(opts)
 			}
@@ -90,6 +108,7 @@ is no Thunderbolt interface). --json prints one JSON object per peer (with
 	fl.DurationVarP(&opts.Timeout, "timeout", "t", time.Second, "browse for `duration` (one-shot)")
 	fl.StringSliceVar(&opts.Ifaces, "iface", nil, "browse on the interface `name` (repeatable; default: the Thunderbolt interfaces that are up)")
 	fl.StringArrayVar(&opts.Static, "static", nil, "a peer listed by hand, `name=address[:port]` (repeatable, or comma-separated)")
+	fl.StringVar(&opts.StaticFile, "static-file", "", "read static peers from `file` (name=address[:port] entries; --watch follows its changes)")
 	fl.BoolVar(&opts.JSON, "json", false, "one JSON object per peer or event (schemaVersion 1)")
 	// --peer, the spelling of discovery's messages and docs, is --static.
 	fl.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
@@ -102,7 +121,7 @@ is no Thunderbolt interface). --json prints one JSON object per peer (with
 }
 
 func (o *peersOptions) discoveryOptions() *discovery.Options {
-	return &discovery.Options{Interfaces: o.Ifaces, Logger: o.Logger, Timeout: o.Timeout, Static: o.static}
+	return &discovery.Options{Interfaces: o.Ifaces, Logger: o.Logger, Timeout: o.Timeout, Static: o.static, StaticFile: o.StaticFile}
 }
 
 // noInterfaceError adds the CLI's way out to discovery.ErrNoInterface.
@@ -142,19 +161,9 @@ func runPeers(ctx context.Context, o *peersOptions) error {
 }
 
 func watchPeers(ctx context.Context, o *peersOptions) error {
-	for _, p := range o.static {
-		if err := o.printEvent(discovery.Event{Type: discovery.Appeared, Peer: p}); err != nil {
-			return err
-		}
-	}
-	do := o.discoveryOptions()
-	do.Static = nil
-	ch, err := o.Watch(ctx, do)
-	if errors.Is(err, discovery.ErrNoInterface) && len(o.static) > 0 {
-		fmt.Fprintf(o.IO.ErrOut, "tbrdma peers: %v\ntbrdma peers: watching the static peers only\n", err)
-		<-ctx.Done()
-		return nil
-	}
+	// discovery.Watch reports static peers as events of their own (and
+	// watches only them when there is no Thunderbolt interface).
+	ch, err := o.Watch(ctx, o.discoveryOptions())
 	if errors.Is(err, discovery.ErrNoInterface) {
 		return noInterfaceError(err)
 	}

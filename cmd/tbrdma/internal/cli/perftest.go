@@ -12,7 +12,11 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime/pprof"
+	"runtime/trace"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/spf13/cobra"
 
@@ -67,15 +71,36 @@ type perftestOptions struct {
 	Timeout    time.Duration
 	JSON       bool // one jsonout.BenchV1 object per result row on stdout
 	CSV        bool // a header line and one row per result on stdout
+	RDMACM     bool // -R: connect with rdma_cm, exchange over the comm QP
+	// LargeSegments offers tbrdma's large-segment extension in the version
+	// exchange; SegmentSize is the size offered (0: the largest the link
+	// MTU allows).
+	LargeSegments bool
+	SegmentSize   int
+	// CPUProfile, when set (hidden --cpuprofile), is where the run's CPU
+	// profile goes (bench/run.sh PROFILE=1 uses it).
+	CPUProfile string
+	// Trace, when set (hidden --trace), is where the run's execution trace
+	// goes (runtime/trace: where the goroutines wait).
+	Trace string
+
+	// Addrs lists the local addresses a -R server without --bind listens
+	// on (interfaceAddrs).
+	Addrs func() ([]netip.Addr, error)
 
 	bind netip.Addr
+	// served, set by "tbrdma serve" (serve_oob.go): the client's
+	// connection, whose version exchange (with the test hint) is done, and
+	// serve's device, which the run shares and leaves open.
+	served *servedTest
 	// wrapConn, if set, wraps the TCP connection (tests record the
-	// exchange with it).
+	// exchange with it); wrapMsg does the same for -R's comm QP.
 	wrapConn func(net.Conn) net.Conn
+	wrapMsg  func(perf.MsgConn) perf.MsgConn
 }
 
 func newCmdPerftest(f *Factory, k *perftestKind, runF func(*perftestOptions) error) *cobra.Command {
-	opts := &perftestOptions{IO: f.IO, Now: f.Now, Kind: k}
+	opts := &perftestOptions{IO: f.IO, Now: f.Now, Kind: k, Addrs: interfaceAddrs}
 	cmd := &cobra.Command{
 		Use:   k.name + " [flags] [peer]",
 		Short: fmt.Sprintf("%s, compatible with perftest's %s", testTitle(k), k.stock),
@@ -86,7 +111,13 @@ a stock %s on a Linux rdma_rxe (or RoCE) host. tbrdma announces itself
 as perftest %s in the exchange, the version Debian 12 ships.
 
 The local RoCE address is --bind (or -d given an IP address), else the address
-of our end of the TCP connection.`, k.stock, k.stock, perf.Version),
+of our end of the TCP connection.
+
+-R (--rdma_cm) does as perftest -R: no TCP at all; the server listens with
+rdma_cm on -p (port space RDMA_PS_TCP), a first connection carries the
+exchange in SENDs, a second one is the test's QP. Without --bind a -R server
+listens on every up, non-loopback IPv4 address; a client uses the source
+address the kernel routes to the peer from.`, k.stock, k.stock, perf.Version),
 		Example: fmt.Sprintf(`  %s -d rxe0 -x 1 -F                     # stock server on 198.18.0.2
   tbrdma %s 198.18.0.2                       # tbrdma client`, k.stock, k.name),
 		Args: maxArgs(1),
@@ -105,7 +136,7 @@ of our end of the TCP connection.`, k.stock, k.stock, perf.Version),
 		},
 	}
 	fl := cmd.Flags()
-	fl.IntVarP(&opts.Port, "port", "p", 18515, "listen on/connect to TCP `port`")
+	fl.IntVarP(&opts.Port, "port", "p", 18515, "listen on/connect to `port` (TCP; rdma_cm with -R)")
 	fl.StringVarP(&opts.Device, "ib-dev", "d", "", "`device`: an IP address is used as --bind; a name is ignored")
 	fl.IntVarP(&opts.IBPort, "ib-port", "i", 1, "use `port` of the device (tbrdma has port 1 only)")
 	fl.IntVarP(&opts.Size, "size", "s", k.defSize, "size of message to exchange")
@@ -120,6 +151,13 @@ of our end of the TCP connection.`, k.stock, k.stock, perf.Version),
 	fl.DurationVar(&opts.Timeout, "timeout", 0, "give up after this long (0: never)")
 	fl.BoolVar(&opts.JSON, "json", false, "print one JSON object per result row (schemaVersion 1, raw units) instead of perftest's output")
 	fl.BoolVar(&opts.CSV, "csv", false, "print a CSV header and one line per result row (raw units) instead of perftest's output")
+	fl.BoolVarP(&opts.RDMACM, "rdma_cm", "R", false, "connect the QP with rdma_cm on -p (RDMA_PS_TCP) and exchange over rdma_cm, no TCP")
+	fl.BoolVar(&opts.LargeSegments, "large-segments", false, "offer tbrdma's large-segment extension (packets up to the link MTU, not 4096 bytes); used only when the peer is a tbrdma that offers it too, else the run uses the path MTU and says so")
+	fl.StringVar(&opts.CPUProfile, "cpuprofile", "", "write a CPU profile of the run to `file` (for bench/run.sh)")
+	_ = fl.MarkHidden("cpuprofile")
+	fl.StringVar(&opts.Trace, "trace", "", "write an execution trace of the run to `file` (go tool trace)")
+	_ = fl.MarkHidden("trace")
+	fl.IntVar(&opts.SegmentSize, "segment-size", 0, "segment `bytes` to offer with --large-segments: a multiple of 4096 from 8192 to 61440 (default the largest the link MTU allows)")
 	if k.bw {
 		fl.IntVarP(&opts.TxDepth, "tx-depth", "t", 128, "size of the send queue")
 		fl.IntVarP(&opts.CQMod, "cq-mod", "Q", 100, "generate a completion every `n` messages (1 when size > 8192)")
@@ -168,6 +206,15 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 	}
 	if o.Iters < 5 {
 		return FlagErrorf("invalid -n %d: at least 5 iterations", o.Iters)
+	}
+	if o.SegmentSize != 0 {
+		if !verbs.ValidSegmentSize(o.SegmentSize) {
+			return FlagErrorf("invalid --segment-size %d: a multiple of 4096 from %d to %d", o.SegmentSize, verbs.MinSegmentSize, verbs.SegmentSizeLimit)
+		}
+		o.LargeSegments = true
+	}
+	if o.LargeSegments && o.RDMACM {
+		return FlagErrorf("--large-segments works with the TCP exchange only, not with -R: drop one of them")
 	}
 	if o.All {
 		o.Size = 1 << maxSizePow // perftest's buffer size with -a
@@ -241,12 +288,19 @@ type perftest struct {
 	half int // offset of the buffer's second half (where write-lat's peer writes)
 	qp   *verbs.QP
 	w    perf.Waiter
+	pd   *verbs.PD
+	cm   *perftestCM // -R only
 	my   perf.Dest
 	mtu  verbs.MTU
+	seg  int      // large-segment size agreed with the peer, 0 = the path MTU
+	oob  net.Conn // the TCP exchange's connection (nil with -R)
 	info perf.TestInfo
 	rs   recvState // SEND tests: the receive queue
 	sent int       // SEND tests: send completions seen
 	csv  *jsonout.CSVWriter
+	// shared: dev is "tbrdma serve"'s; close releases only the run's QP,
+	// MR and channel.
+	shared bool
 }
 
 // human returns where perftest's text goes: stdout, or with --json or
@@ -307,6 +361,28 @@ func runPerftest(ctx context.Context, o *perftestOptions) error {
 		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
 		defer cancel()
 	}
+	if o.CPUProfile != "" {
+		f, err := os.Create(o.CPUProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if o.Trace != "" {
+		f, err := os.Create(o.Trace)
+		if err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+		defer trace.Stop()
+	}
 	t := &perftest{o: o}
 	defer t.close()
 	err := t.run(ctx)
@@ -329,34 +405,73 @@ func (t *perftest) run(ctx context.Context) error {
 	k := o.Kind
 	out := t.human()
 	server := o.Peer == ""
-	var conn net.Conn
-	var err error
-	if server {
+	if server && !o.RDMACM { // -R: once the rdma_cm listeners are up
 		fmt.Fprint(out, perf.WaitBanner)
-		conn, err = listenOne(ctx, o.bind, o.Port, o.Listening)
+	}
+	var comm *perf.Comm
+	if o.RDMACM {
+		t.cm = &perftestCM{t: t}
+		defer t.cm.close()
+		var err error
+		if comm, err = t.cm.connectComm(ctx); err != nil {
+			return err
+		}
 	} else {
-		conn, err = dial(ctx, o.Peer, o.bind, o.Port)
+		var conn net.Conn
+		var err error
+		switch {
+		case o.served != nil:
+			conn = o.served.conn
+		case server:
+			conn, err = listenOne(ctx, o.bind, o.Port, o.Listening)
+		default:
+			conn, err = dial(ctx, o.Peer, o.bind, o.Port)
+		}
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		if o.wrapConn != nil {
+			conn = o.wrapConn(conn)
+		}
+		stop := closeOnCancel(ctx, conn)
+		defer stop()
+		t.oob = conn
+		addr := o.bind
+		if !addr.IsValid() {
+			addr = localAddr(conn)
+		}
+		if o.served != nil {
+			t.shared = true
+			err = t.setup(o.served.dev)
+		} else {
+			err = t.open(addr)
+		}
+		if err != nil {
+			return err
+		}
+		if err := t.createQP(); err != nil {
+			return err
+		}
+		comm = perf.NewComm(conn, server)
+		if !server {
+			comm.Hint = o.hint() // for "tbrdma serve": which test, with what
+		}
 	}
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if o.wrapConn != nil {
-		conn = o.wrapConn(conn)
-	}
-	stop := closeOnCancel(ctx, conn)
-	defer stop()
-	addr := o.bind
-	if !addr.IsValid() {
-		addr = localAddr(conn)
-	}
-	if err := t.open(addr); err != nil {
-		return err
-	}
-
-	comm := perf.NewComm(conn, server)
-	if _, err := comm.ExchangeVersions(); err != nil {
-		return err
+	if o.served != nil {
+		comm = o.served.comm // the versions are exchanged
+	} else {
+		offer := 0
+		if o.LargeSegments {
+			offer = t.segmentOffer()
+			comm.OfferSegment = offer
+		}
+		if _, err := comm.ExchangeVersions(); err != nil {
+			return err
+		}
+		if err := t.agreeSegment(offer, comm.PeerSegment); err != nil {
+			return err
+		}
 	}
 	if _, _, err := comm.ExchangeSysData(os.Getpagesize(), 64); err != nil {
 		return err
@@ -371,8 +486,19 @@ func (t *perftest) run(ctx context.Context) error {
 	}
 	t.mtu = verbs.MTU(m)
 	t.info = perf.TestInfo{Verb: k.verb, BW: k.bw, AtomicType: o.AtomicType, Device: "tbrdma0", Server: server,
-		TxDepth: o.TxDepth, RxDepth: o.RxDepth, CQMod: o.CQMod, MTU: t.mtu.Bytes(), GIDIndex: o.GIDIdx, OutReads: o.OutReads}
+		TxDepth: o.TxDepth, RxDepth: o.RxDepth, CQMod: o.CQMod, MTU: t.mtu.Bytes(), GIDIndex: o.GIDIdx, OutReads: o.OutReads,
+		RDMACM: o.RDMACM}
 	perf.PrintHeader(out, &t.info)
+	if o.RDMACM {
+		// perftest -R: a synchronising key exchange (of zeroed
+		// descriptions), the test QP's connection, another one.
+		if server {
+			fmt.Fprint(out, perf.CMWaitNote)
+		}
+		if err := t.cm.connectTest(ctx, comm); err != nil {
+			return err
+		}
+	}
 
 	// The key exchanges of perftest 4.5 (as testdata/rxe's captures show):
 	// two (latency) or one (bandwidth) before the QPs connect, the last
@@ -391,11 +517,14 @@ func (t *perftest) run(ctx context.Context) error {
 	}
 	perf.PrintDest(out, "remote", rem, k.verb)
 	fmt.Fprintln(out, perf.Line)
-	if verbs.GID(rem.GID).IsV4Mapped() != verbs.GID(t.my.GID).IsV4Mapped() {
+	// perftest checks the GID types only when it connects the QP itself.
+	if !o.RDMACM && verbs.GID(rem.GID).IsV4Mapped() != verbs.GID(t.my.GID).IsV4Mapped() {
 		return errors.New("found incompatibility issue with GID types (IPv4-mapped and not)")
 	}
-	if err := t.connect(rem); err != nil {
-		return err
+	if !o.RDMACM { // with -R, rdma_cm has connected the QP
+		if err := t.connect(rem); err != nil {
+			return err
+		}
 	}
 	syncs := 2
 	if k.verb == perf.VerbSend && !k.bw {
@@ -477,7 +606,8 @@ func (t *perftest) serve(ctx context.Context, comm *perf.Comm) error {
 	if t.o.Kind.verb == perf.VerbAtomic {
 		// perftest's client adds 1 per FETCH_AND_ADD, or swaps 0 for 0,
 		// on the first 8 bytes of our buffer, which start at 0.
-		v := binary.NativeEndian.Uint64(t.buf[:8])
+		// The engine wrote it with atomic operations; read it as one too.
+		v := atomic.LoadUint64((*uint64)(unsafe.Pointer(&t.buf[0])))
 		want := uint64(t.o.Iters)
 		if t.o.AtomicType == "CMP_AND_SWAP" {
 			// Nothing to expect: perftest swaps 0 for 0, tbrdma counts up.
@@ -492,13 +622,53 @@ func (t *perftest) serve(ctx context.Context, comm *perf.Comm) error {
 	return nil
 }
 
-// open creates the device, the buffer and the QP.
+// segmentOffer is the large-segment size to offer: --segment-size, else
+// the largest the device's link MTU carries (0: none; the link is too
+// small for anything above 4096 bytes).
+func (t *perftest) segmentOffer() int {
+	if t.o.SegmentSize != 0 {
+		return t.o.SegmentSize
+	}
+	if d := t.dev.Device(); d != nil && d.LinkMTU > 0 {
+		n := verbs.SegmentSizeForLink(d.LinkMTU)
+		if n == 0 {
+			fmt.Fprintf(t.o.IO.ErrOut, "tbrdma: --large-segments: the link MTU (%d bytes) has no room for segments above 4096 bytes; not offering them\n", d.LinkMTU)
+		}
+		return n
+	}
+	return verbs.SegmentSizeLimit
+}
+
+// agreeSegment applies the outcome of the large-segment offer and says
+// what it was.
+func (t *perftest) agreeSegment(offer, agreed int) error {
+	if offer == 0 {
+		return nil
+	}
+	if agreed == 0 {
+		fmt.Fprintf(t.o.IO.ErrOut, "tbrdma: --large-segments: the peer made no offer (a stock perftest, or a tbrdma without --large-segments): using the path MTU\n")
+		return nil
+	}
+	if err := t.dev.SetMaxSegmentSize(agreed); err != nil {
+		return fmt.Errorf("--large-segments: %w", err)
+	}
+	t.seg = agreed
+	fmt.Fprintf(t.o.IO.ErrOut, "tbrdma: large segments: %d-byte packets, agreed with the peer (tbrdma extension)\n", agreed)
+	return nil
+}
+
+// open opens the device on addr and sets it up.
 func (t *perftest) open(addr netip.Addr) error {
-	o := t.o
-	dev, err := o.OpenDevice(addr)
+	dev, err := t.o.OpenDevice(addr)
 	if err != nil {
 		return err
 	}
+	return t.setup(dev)
+}
+
+// setup makes the test's buffer, MR and CQ on dev (which t now owns).
+func (t *perftest) setup(dev *verbs.Context) error {
+	o := t.o
 	t.dev = dev
 	pd, err := dev.AllocPD()
 	if err != nil {
@@ -531,11 +701,30 @@ func (t *perftest) open(addr netip.Addr) error {
 		return fmt.Errorf("couldn't create CQ: %w", err)
 	}
 	t.w = perf.Waiter{CQ: cq, Ch: ch, Spin: perf.DefaultSpin}
-	if o.Events {
+	switch {
+	case o.Events: // -e: sleep on the completion channel, never spin
 		t.w.Spin = 0
+	case t.shared: // serve's device: its other users keep their own poll mode
+	case !o.Kind.bw: // latency tests: busy-poll the CQ and the socket, as perftest polls
+		t.w.Spin = perf.BusySpin
+		t.w.Ctx = dev
+		dev.SetBusyPoll(perf.BusyPollWindow)
 	}
-	t.qp, err = pd.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
-		Cap: verbs.QPCap{MaxSendWR: o.TxDepth, MaxRecvWR: max(o.RxDepth, 1), MaxSendSGE: 1, MaxRecvSGE: 1}})
+	t.pd = pd
+	return nil
+}
+
+// qpInitAttr is the test QP's: RC, tx-depth sends, rx-depth receives.
+func (t *perftest) qpInitAttr() *verbs.QPInitAttr {
+	return &verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: t.w.CQ, RecvCQ: t.w.CQ,
+		Cap: verbs.QPCap{MaxSendWR: t.o.TxDepth, MaxRecvWR: max(t.o.RxDepth, 1), MaxSendSGE: 1, MaxRecvSGE: 1}}
+}
+
+// createQP creates the test QP and moves it to INIT (without -R; with -R
+// rdma_cm creates it).
+func (t *perftest) createQP() error {
+	var err error
+	t.qp, err = t.pd.CreateQP(t.qpInitAttr())
 	if err != nil {
 		return fmt.Errorf("couldn't create QP: %w", err)
 	}
@@ -544,6 +733,14 @@ func (t *perftest) open(addr netip.Addr) error {
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 		return fmt.Errorf("failed to modify QP to INIT: %w", err)
 	}
+	t.setMy(rand.Uint32() & 0xFFFFFF)
+	return nil
+}
+
+// setMy fills our description from the QP and the buffer; psn is the one
+// printed and sent.
+func (t *perftest) setMy(psn uint32) {
+	o := t.o
 	outs := 0
 	if o.Kind.verb == perf.VerbRead || o.Kind.verb == perf.VerbAtomic {
 		outs = o.OutReads
@@ -552,9 +749,8 @@ func (t *perftest) open(addr netip.Addr) error {
 	if o.Kind.verb == perf.VerbWrite && !o.Kind.bw {
 		vaddr += uint64(t.half) // as perftest: the peer writes into our second half
 	}
-	t.my = perf.Dest{OutReads: uint16(outs), QPN: uint32(t.qp.QPN()), PSN: rand.Uint32() & 0xFFFFFF,
-		RKey: uint32(t.mr.RKey()), VAddr: vaddr, GID: dev.GID()}
-	return nil
+	t.my = perf.Dest{OutReads: uint16(outs), QPN: uint32(t.qp.QPN()), PSN: psn,
+		RKey: uint32(t.mr.RKey()), VAddr: vaddr, GID: t.dev.GID(), GIDIndex: uint32(max(o.GIDIdx, 0))}
 }
 
 // connect moves the QP to RTR and RTS with perftest's attributes.
@@ -565,11 +761,15 @@ func (t *perftest) connect(rem perf.Dest) error {
 	if rd {
 		destRd = uint8(t.my.OutReads)
 	}
+	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
+		verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+	if t.seg != 0 {
+		mask |= verbs.QPAttrSegmentSize
+	}
 	err := t.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: t.mtu, DestQPN: verbs.QPN(rem.QPN),
-		RQPSN: verbs.PSN(rem.PSN), MaxDestRdAtomic: destRd, MinRNRTimer: 12,
+		RQPSN: verbs.PSN(rem.PSN), MaxDestRdAtomic: destRd, MinRNRTimer: 12, SegmentSize: t.seg,
 		AH: verbs.AHAttr{DGID: verbs.GID(rem.GID), SGIDIndex: uint8(max(o.GIDIdx, 0)), HopLimit: 0xFF, PortNum: 1}},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer)
+		mask)
 	if err != nil {
 		return fmt.Errorf("failed to modify QP to RTR: %w", err)
 	}
@@ -673,6 +873,10 @@ func (t *perftest) runBW(ctx context.Context, rem perf.Dest, size int) (perf.BWR
 	posted := make([]time.Time, n)
 	completed := make([]time.Time, n)
 	scnt, ccnt := 0, 0
+	// On a terminal, a progress line on stderr (gone before the row).
+	prog := ui.NewProgress(o.IO, o.Now, fmt.Sprintf("%s %d bytes", o.Kind.name, size))
+	prog.Total = uint64(n) * uint64(size)
+	defer prog.Clear()
 	for ccnt < n {
 		for scnt < n && scnt-ccnt < o.TxDepth {
 			wr := verbs.SendWR{WRID: uint64(scnt), Opcode: op, SGList: []verbs.SGE{t.mr.SGE(0, size)}}
@@ -696,6 +900,7 @@ func (t *perftest) runBW(ctx context.Context, rem perf.Dest, size int) (perf.BWR
 		for i := range wcs {
 			wc := &wcs[i]
 			if wc.Status != verbs.WCSuccess {
+				prog.Clear()
 				fmt.Fprintf(o.IO.ErrOut, " Completion with error at client\n Failed status %d: wr_id %d syndrom 0x%x\n scnt=%d, ccnt=%d\n",
 					wc.Status, wc.WRID, wc.VendorErr, scnt, ccnt)
 				fmt.Fprintf(o.IO.ErrOut, "tbrdma: %v failed: %v\n", op, wc.Status)
@@ -705,11 +910,24 @@ func (t *perftest) runBW(ctx context.Context, rem perf.Dest, size int) (perf.BWR
 				completed[ccnt] = now
 			}
 		}
+		prog.Update(uint64(ccnt) * uint64(size))
 	}
 	return perf.Bandwidth(size, posted, completed, o.CQMod), nil
 }
 
 func (t *perftest) close() {
+	if t.shared {
+		if t.qp != nil {
+			t.qp.Close()
+		}
+		if t.mr != nil {
+			t.mr.Deregister()
+		}
+		if t.w.Ch != nil {
+			t.w.Ch.Close()
+		}
+		return
+	}
 	if t.dev != nil {
 		t.dev.Close()
 	}

@@ -2,8 +2,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/perf"
@@ -198,10 +201,47 @@ func (t *perftest) runWriteLat(ctx context.Context, rem perf.Dest) error {
 		}
 	}
 	fmt.Fprintln(out, perf.Line)
-	// Nothing tells us the peer has its last ACK: leave the engine a moment
-	// to send it before the device closes.
-	time.Sleep(50 * time.Millisecond)
-	return nil
+	return t.awaitPeerDone(ctx)
+}
+
+// peerDoneTimeout bounds how long write-lat's server waits for the client
+// to close the TCP connection after the last WRITE.
+const peerDoneTimeout = 10 * time.Second
+
+// awaitPeerDone is write-lat's end of test. The server sees the client's
+// last WRITE land before the client has the ACK for it; closing the device
+// then would leave a lost ACK (or a retransmitted WRITE) unanswered and
+// fail the client's last WRITE. The client closes the TCP connection only
+// once that WRITE has completed, which is what perftest does too (its
+// client's FIN follows the last ACK in testdata/rxe/write_lat.pcap), so
+// the server reads the connection until EOF before it closes the device.
+// The client has nothing to wait for: the server's last WRITE completed
+// before the client's last one was posted. With -R there is no TCP
+// connection: the server waits for the client's rdma_cm disconnect, which
+// runs when the client closes after the same completion.
+func (t *perftest) awaitPeerDone(ctx context.Context) error {
+	if t.o.Peer != "" {
+		return nil
+	}
+	if t.oob == nil {
+		if t.cm != nil {
+			t.cm.awaitDisconnect(ctx, peerDoneTimeout)
+		}
+		return nil
+	}
+	t.oob.SetReadDeadline(time.Now().Add(peerDoneTimeout))
+	var b [64]byte
+	for {
+		if _, err := t.oob.Read(b[:]); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				fmt.Fprintf(t.o.IO.ErrOut, "tbrdma: the client did not close the connection within %v of its last WRITE; closing anyway\n", peerDoneTimeout)
+			}
+			return nil // EOF: the client is done
+		}
+	}
 }
 
 // writeLat is perftest's run_iter_lat_write: each side WRITEs size bytes
@@ -238,6 +278,7 @@ func (t *perftest) writeLat(ctx context.Context, rem perf.Dest, size int) (perf.
 				fmt.Fprintf(o.IO.ErrOut, " Completion with error at %s\n Failed status %d: wr_id %d syndrom 0x%x\n scnt=%d, rcnt=%d\n",
 					o.side(), wc.Status, wc.WRID, wc.VendorErr, scnt, rcnt)
 				fmt.Fprintf(o.IO.ErrOut, "tbrdma: RDMA_WRITE failed: %v\n", wc.Status)
+				t.printCounters()
 				return perf.LatStats{}, errSilent
 			}
 		}
@@ -250,14 +291,59 @@ func (t *perftest) writeLat(ctx context.Context, rem perf.Dest, size int) (perf.
 // byte is written by the engine's receive goroutine (the peer's RDMA
 // WRITE): there is no completion to wait on. The function call in the loop
 // makes every test a fresh load.
+//
+// It yields between tests (runtime.Gosched), which lets the receive
+// goroutine run only while that goroutine busy-polls its socket too
+// (setup turns that on without -e): a goroutine asleep in the runtime's
+// network poller is woken by the scheduler only when nothing else is
+// runnable, never while another goroutine keeps yielding. So the spin is
+// bounded (perf.BusySpin tests), and so is every spin with -e (a few):
+// after it, the loop sleeps between tests and the poller runs.
 func (t *perftest) waitByte(ctx context.Context, i int, v byte) error {
+	limit := perf.BusySpin
+	if t.o.Events {
+		limit = 8
+	}
+	if t.buf[i] == v {
+		return nil
+	}
+	held := !t.o.Events
+	if held {
+		t.dev.Spinning(true)
+	}
+	defer func() {
+		if held {
+			t.dev.Spinning(false)
+		}
+	}()
 	for spins := 1; t.buf[i] != v; spins++ {
 		if spins&1023 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		runtime.Gosched()
+		if spins < limit {
+			runtime.Gosched()
+			continue
+		}
+		if held { // the peer is slow: sleep between tests, and let the receive loop sleep
+			t.dev.Spinning(false)
+			held = false
+		}
+		time.Sleep(20 * time.Microsecond)
 	}
 	return nil
+}
+
+// printCounters prints the engine's non-zero counters after a failed
+// completion: what was retransmitted, NAKed or dropped says why.
+func (t *perftest) printCounters() {
+	c := t.dev.Counters()
+	var b strings.Builder
+	for _, f := range c.Fields() {
+		if f.Value != 0 {
+			fmt.Fprintf(&b, " %s=%d", f.Name, f.Value)
+		}
+	}
+	fmt.Fprintf(t.o.IO.ErrOut, "tbrdma: engine counters:%s\n", b.String())
 }
 
 // side is "server" or "client", for perftest's error messages.

@@ -17,6 +17,7 @@ import (
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/jsonout"
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/rping"
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
+	"github.com/tbrdma/tbrdma/discovery"
 	"github.com/tbrdma/tbrdma/rdmacm"
 	"github.com/tbrdma/tbrdma/verbs"
 )
@@ -39,6 +40,9 @@ type pingOptions struct {
 	Port     int
 	Bind     string
 	JSON     bool
+	// Static are --static peers, name=address[:port]: the peer argument
+	// may name one of them.
+	Static []string
 
 	bind              netip.Addr
 	interval, timeout time.Duration
@@ -79,6 +83,13 @@ refused or never answered), 2 for bad usage.`,
 			if err := opts.check(); err != nil {
 				return err
 			}
+			if len(opts.Static) > 0 {
+				static, err := discovery.StaticPeers(opts.Static...)
+				if err != nil {
+					return FlagErrorf("invalid --static: %v", err)
+				}
+				opts.Resolve = withStatic(static, opts.Resolve)
+			}
 			if runF != nil {
 				return runF(opts)
 			}
@@ -93,6 +104,7 @@ refused or never answered), 2 for bad usage.`,
 	fl.IntVarP(&opts.Port, "port", "p", rping.DefaultPort, "rdma_cm `port` of the peer")
 	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` for RoCE (default: the kernel's source address for the peer)")
 	fl.BoolVar(&opts.JSON, "json", false, "one JSON object per reply and a summary object (schemaVersion 1, raw units)")
+	fl.StringArrayVar(&opts.Static, "static", nil, "a peer named by hand, `name=address[:port]`, where mDNS does not work (repeatable, or comma-separated)")
 	return cmd
 }
 
@@ -119,27 +131,6 @@ func (o *pingOptions) check() error {
 	o.interval = time.Duration(o.Interval * float64(time.Second))
 	o.timeout = time.Duration(o.Timeout * float64(time.Second))
 	return nil
-}
-
-// resolveHost returns host's address: the literal, or the first IPv4
-// (else IPv6) address the system resolver gives.
-func resolveHost(ctx context.Context, host string) (netip.Addr, error) {
-	if a, err := netip.ParseAddr(host); err == nil {
-		return a.Unmap(), nil
-	}
-	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	for _, a := range addrs {
-		if a.Unmap().Is4() {
-			return a.Unmap(), nil
-		}
-	}
-	if len(addrs) == 0 {
-		return netip.Addr{}, fmt.Errorf("%s: no address", host)
-	}
-	return addrs[0], nil
 }
 
 // routeSource returns the source address the kernel picks for peer (a

@@ -24,6 +24,8 @@ type pingpongOptions struct {
 	OpenDevice func(netip.Addr) (*verbs.Context, error)
 	// Listening, if set, is called when a server's TCP listener is up.
 	Listening func(net.Addr)
+	// Inspect, if set, sees the buffer after a successful run (tests).
+	Inspect func(buf []byte)
 
 	Peer    string
 	Port    int
@@ -37,6 +39,7 @@ type pingpongOptions struct {
 	GIDIdx  int
 	Chk     bool
 	Events  bool
+	UD      bool // ibv_ud_pingpong's UD SEND ping-pong instead of RC
 	Bind    string
 	Timeout time.Duration
 
@@ -67,16 +70,28 @@ without --bind listens for TCP on every address.
 
 -d takes an IP address as --bind does; a device name (rxe0) is accepted and
 ignored. -g is accepted for compatibility: tbrdma has one GID, the address.
-The stock tool needs -g on RoCE links (rxe), or it sends no GID.`,
+The stock tool needs -g on RoCE links (rxe), or it sends no GID.
+
+--ud runs ibv_ud_pingpong's test instead: a UD QP (Q_Key 0x11111111), the
+same TCP exchange and output lines, messages of -s bytes (default 1024) that
+must fit in one packet (at most the port's active MTU), each received behind
+the 40 bytes the device reserves for the GRH.`,
 		Example: `  tbrdma pingpong --bind 198.18.0.1 -n 20 -s 64           # server
   ibv_rc_pingpong -d rxe0 -g 1 -n 20 -s 64 198.18.0.1      # the stock client
-  tbrdma pingpong -g 1 -n 20 -s 64 198.18.0.2             # client of a stock server`,
+  tbrdma pingpong -g 1 -n 20 -s 64 198.18.0.2             # client of a stock server
+  tbrdma pingpong --ud --bind 198.18.0.1 -n 20            # server for ibv_ud_pingpong -g 1 ...`,
 		Args: maxArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				opts.Peer = args[0]
 			}
 			opts.OpenDevice = f.OpenDevice
+			if opts.UD && !c.Flags().Changed("size") {
+				opts.Size = udPingpongDefaultSize
+			}
+			if opts.UD && c.Flags().Changed("mtu") {
+				return FlagErrorf("-m does not apply with --ud: ibv_ud_pingpong has no -m, a UD message must fit the port's active MTU")
+			}
 			if err := opts.check(); err != nil {
 				return err
 			}
@@ -90,7 +105,7 @@ The stock tool needs -g on RoCE links (rxe), or it sends no GID.`,
 	fl.IntVarP(&opts.Port, "port", "p", 18515, "listen on/connect to TCP `port`")
 	fl.StringVarP(&opts.Device, "ib-dev", "d", "", "`device`: an IP address is used as --bind; a name is ignored")
 	fl.IntVarP(&opts.IBPort, "ib-port", "i", 1, "use `port` of the device (tbrdma has port 1 only)")
-	fl.IntVarP(&opts.Size, "size", "s", 4096, "size of message to exchange")
+	fl.IntVarP(&opts.Size, "size", "s", 4096, "size of message to exchange (--ud: 1024, at most the port's active MTU)")
 	fl.IntVarP(&opts.MTU, "mtu", "m", 1024, "path MTU (256, 512, 1024, 2048 or 4096)")
 	fl.IntVarP(&opts.RxDepth, "rx-depth", "r", 500, "number of receives to post at a time")
 	fl.IntVarP(&opts.Iters, "iters", "n", 1000, "number of exchanges")
@@ -98,6 +113,7 @@ The stock tool needs -g on RoCE links (rxe), or it sends no GID.`,
 	fl.BoolVarP(&opts.Events, "events", "e", false, "sleep on CQ events (default poll)")
 	fl.IntVarP(&opts.GIDIdx, "gid-idx", "g", -1, "local port GID `index` (accepted; tbrdma's only GID is its address)")
 	fl.BoolVarP(&opts.Chk, "chk", "c", false, "validate received buffer")
+	fl.BoolVar(&opts.UD, "ud", false, "UD datagrams, as ibv_ud_pingpong (Q_Key 0x11111111, one packet per message)")
 	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` for RoCE (UDP 4791) and the TCP exchange")
 	fl.DurationVar(&opts.Timeout, "timeout", 0, "give up after this long (0: never)")
 	return cmd
@@ -143,6 +159,16 @@ type pingpong struct {
 	my    perf.PingpongDest
 	peer  netip.Addr // the TCP peer, used when the remote sends no GID
 	routs int
+
+	// UD (--ud) only.
+	pd     *verbs.PD
+	off    int       // where messages start in buf: the GRH area's size
+	ah     *verbs.AH // the peer's address
+	remQPN verbs.QPN
+
+	// shared: dev belongs to "tbrdma serve", which runs this server side
+	// for a client (serve_oob.go); close leaves it open.
+	shared bool
 }
 
 func runPingpong(ctx context.Context, o *pingpongOptions) error {
@@ -166,6 +192,11 @@ func pingpongRun(ctx context.Context, o *pingpongOptions) error {
 	defer pp.close()
 	out := o.IO.Out
 	server := o.Peer == ""
+	if limit := verbs.MTU4096.Bytes(); o.UD && o.Size > limit {
+		// No port's MTU is larger: fail before connecting, as the stock
+		// tool does (open checks the actual port).
+		return fmt.Errorf("requested size %d larger than port MTU (at most %d): a UD message is one packet; use -s %d or less", o.Size, limit, limit)
+	}
 
 	// A server with --bind opens its device first and prints its address
 	// before waiting, as ibv_rc_pingpong does; otherwise the address is
@@ -199,7 +230,9 @@ func pingpongRun(ctx context.Context, o *pingpongOptions) error {
 	if server {
 		rem, err = perf.PingpongServerExchange(conn, pp.my, pp.connect)
 	} else {
-		rem, err = perf.PingpongClientExchange(conn, pp.my)
+		// The hint is for "tbrdma serve" (serve_oob.go), after "done",
+		// which a stock server never reads.
+		rem, err = perf.PingpongClientExchangeHint(conn, pp.my, o.hint())
 		if err == nil {
 			err = pp.connect(rem)
 		}
@@ -211,7 +244,7 @@ func pingpongRun(ctx context.Context, o *pingpongOptions) error {
 		return err
 	}
 	conn.Close()
-	fmt.Fprintf(out, "  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", rem.LID, rem.QPN, rem.PSN, rem.GIDString())
+	fmt.Fprintln(out, pingpongAddrLine("remote", rem, o.UD))
 
 	return pp.loop(ctx, !server)
 }
@@ -224,27 +257,37 @@ func (pp *pingpong) open(addr netip.Addr) error {
 		return err
 	}
 	pp.dev = dev
+	if err := pp.setupQP(); err != nil {
+		return err
+	}
+	if err := pp.setupBuf(); err != nil {
+		return err
+	}
+	fmt.Fprintln(o.IO.Out, pingpongAddrLine("local", pp.my, o.UD))
+	return nil
+}
+
+// setupQP makes the PD, the CQ and the QP (in INIT) on pp.dev, and our
+// address.
+func (pp *pingpong) setupQP() error {
+	o := pp.o
+	dev := pp.dev
+	if o.UD {
+		if mtu := dev.ActiveMTU().Bytes(); o.Size > mtu {
+			return fmt.Errorf("requested size %d larger than port MTU (%d): a UD message is one packet; use -s %d or less", o.Size, mtu, mtu)
+		}
+		pp.off = udGRHSize
+	}
 	pd, err := dev.AllocPD()
 	if err != nil {
 		return err
 	}
-	pp.buf = make([]byte, max(o.Size, 1))
-	for i := range pp.buf {
-		pp.buf[i] = 0x7b
-	}
-	if o.Chk && o.Peer != "" {
-		page := os.Getpagesize()
-		for i := 0; i < o.Size; i += page {
-			pp.buf[i] = 0 // (i / page_size) % sizeof(char), as the stock tool writes it
-		}
-	}
-	if pp.mr, err = pd.RegMR(pp.buf, verbs.AccessLocalWrite); err != nil {
-		return fmt.Errorf("couldn't register MR: %w", err)
-	}
+	pp.pd = pd
 	ch, err := dev.CreateCompChannel()
 	if err != nil {
 		return err
 	}
+	pp.w.Ch = ch
 	cq, err := dev.CreateCQ(o.RxDepth+1, ch)
 	if err != nil {
 		return fmt.Errorf("couldn't create CQ: %w", err)
@@ -253,26 +296,57 @@ func (pp *pingpong) open(addr netip.Addr) error {
 	if o.Events {
 		pp.w.Spin = 0
 	}
-	pp.qp, err = pd.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+	typ := verbs.QPTypeRC
+	if o.UD {
+		typ = verbs.QPTypeUD
+	}
+	pp.qp, err = pd.CreateQP(&verbs.QPInitAttr{Type: typ, SendCQ: cq, RecvCQ: cq,
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: o.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return fmt.Errorf("couldn't create QP: %w", err)
 	}
-	if err := pp.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: uint8(o.IBPort)},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+	if o.UD {
+		err = pp.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: uint8(o.IBPort), QKey: udPingpongQKey},
+			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrQKey)
+	} else {
+		err = pp.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: uint8(o.IBPort)},
+			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
+	}
+	if err != nil {
 		return fmt.Errorf("failed to modify QP to INIT: %w", err)
+	}
+	pp.my = perf.PingpongDest{QPN: uint32(pp.qp.QPN()), PSN: rand.Uint32() & 0xFFFFFF, GID: dev.GID()}
+	return nil
+}
+
+// setupBuf makes the buffer of -s bytes and its MR, and posts the
+// receives.
+func (pp *pingpong) setupBuf() error {
+	o := pp.o
+	pp.buf = make([]byte, max(pp.off+o.Size, 1))
+	for i := range pp.buf {
+		pp.buf[i] = 0x7b
+	}
+	if o.Chk && o.Peer != "" {
+		page := os.Getpagesize()
+		for i := 0; i < o.Size; i += page {
+			pp.buf[pp.off+i] = 0 // (i / page_size) % sizeof(char), as the stock tool writes it
+		}
+	}
+	var err error
+	if pp.mr, err = pp.pd.RegMR(pp.buf, verbs.AccessLocalWrite); err != nil {
+		return fmt.Errorf("couldn't register MR: %w", err)
 	}
 	if pp.routs = pp.postRecv(o.RxDepth); pp.routs < o.RxDepth {
 		return fmt.Errorf("couldn't post receive (%d)", pp.routs)
 	}
-	pp.my = perf.PingpongDest{QPN: uint32(pp.qp.QPN()), PSN: rand.Uint32() & 0xFFFFFF, GID: dev.GID()}
-	fmt.Fprintf(o.IO.Out, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", pp.my.LID, pp.my.QPN, pp.my.PSN, pp.my.GIDString())
 	return nil
 }
 
 func (pp *pingpong) postRecv(n int) int {
 	for i := range n {
-		if _, err := pp.qp.PostRecv(verbs.RecvWR{WRID: pingpongRecvWRID, SGList: []verbs.SGE{pp.mr.SGE(0, pp.o.Size)}}); err != nil {
+		// A UD receive takes the GRH area in front of the message.
+		if _, err := pp.qp.PostRecv(verbs.RecvWR{WRID: pingpongRecvWRID, SGList: []verbs.SGE{pp.mr.SGE(0, pp.off+pp.o.Size)}}); err != nil {
 			return i
 		}
 	}
@@ -280,8 +354,12 @@ func (pp *pingpong) postRecv(n int) int {
 }
 
 func (pp *pingpong) postSend() error {
-	_, err := pp.qp.PostSend(verbs.SendWR{WRID: pingpongSendWRID, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-		SGList: []verbs.SGE{pp.mr.SGE(0, pp.o.Size)}})
+	wr := verbs.SendWR{WRID: pingpongSendWRID, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{pp.mr.SGE(pp.off, pp.o.Size)}}
+	if pp.ah != nil {
+		wr.AH, wr.RemoteQPN, wr.RemoteQKey = pp.ah, pp.remQPN, udPingpongQKey
+	}
+	_, err := pp.qp.PostSend(wr)
 	if err != nil {
 		return fmt.Errorf("couldn't post send: %w", err)
 	}
@@ -300,6 +378,9 @@ func (pp *pingpong) connect(rem perf.PingpongDest) error {
 	sgid := uint8(0)
 	if o.GIDIdx > 0 {
 		sgid = uint8(o.GIDIdx)
+	}
+	if o.UD {
+		return pp.connectUD(rem, dgid, sgid)
 	}
 	err := pp.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: o.mtu, DestQPN: verbs.QPN(rem.QPN),
 		RQPSN: verbs.PSN(rem.PSN), MaxDestRdAtomic: 1, MinRNRTimer: 12,
@@ -369,15 +450,29 @@ func (pp *pingpong) loop(ctx context.Context, client bool) error {
 	}
 	elapsed := o.Now().Sub(start)
 	printPingpongResult(o.IO.Out, o.Size, o.Iters, elapsed)
+	if o.Inspect != nil {
+		o.Inspect(pp.buf)
+	}
 	if o.Chk && !client {
 		page := os.Getpagesize()
 		for i := 0; i < o.Size; i += page {
-			if pp.buf[i] != 0 {
+			if pp.buf[pp.off+i] != 0 {
 				fmt.Fprintf(o.IO.Out, "invalid data in page %d\n", i/page)
 			}
 		}
 	}
 	return nil
+}
+
+// pingpongAddrLine formats the "local address:" or "remote address:" line
+// of ibv_rc_pingpong, or of ibv_ud_pingpong (ud), whose local line has a
+// colon before "GID" where the others have a comma.
+func pingpongAddrLine(side string, d perf.PingpongDest, ud bool) string {
+	sep := ","
+	if ud && side == "local" {
+		sep = ":"
+	}
+	return fmt.Sprintf("  %-15s LID 0x%04x, QPN 0x%06x, PSN 0x%06x%s GID %s", side+" address:", d.LID, d.QPN, d.PSN, sep, d.GIDString())
 }
 
 // printPingpongResult prints ibv_rc_pingpong's two result lines. Like the C
@@ -390,6 +485,19 @@ func printPingpongResult(w io.Writer, size, iters int, elapsed time.Duration) {
 }
 
 func (pp *pingpong) close() {
+	if pp.shared {
+		// The device is serve's: release only what the run made.
+		if pp.qp != nil {
+			pp.qp.Close()
+		}
+		if pp.mr != nil {
+			pp.mr.Deregister()
+		}
+		if pp.w.Ch != nil {
+			pp.w.Ch.Close()
+		}
+		return
+	}
 	if pp.dev != nil {
 		pp.dev.Close()
 	}

@@ -38,6 +38,7 @@ var commands = []func(*Factory) *cobra.Command{
 	func(f *Factory) *cobra.Command { return newCmdDemo(f, nil) },
 	func(f *Factory) *cobra.Command { return newCmdServe(f, nil) },
 	func(f *Factory) *cobra.Command { return newCmdPing(f, nil) },
+	func(f *Factory) *cobra.Command { return newCmdUdaddy(f, nil) },
 	func(f *Factory) *cobra.Command { return newCmdDevices(f, nil) },
 	func(f *Factory) *cobra.Command { return newCmdCat(f, nil) },
 	func(f *Factory) *cobra.Command { return newCmdPeers(f, nil) },

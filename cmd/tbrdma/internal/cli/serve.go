@@ -37,6 +37,9 @@ type serveOptions struct {
 	Port     int
 	Verbose  bool
 	MaxConns int
+	// OOBPort is the TCP port of the hosted pingpong and perftest
+	// servers (serve_oob.go); 0 hosts none.
+	OOBPort int
 	// NoAdvertise turns mDNS off; Ifaces names the interfaces to
 	// advertise on (default: the Thunderbolt ones).
 	NoAdvertise bool
@@ -49,12 +52,25 @@ func newCmdServe(f *Factory, runF func(*serveOptions) error) *cobra.Command {
 	opts := &serveOptions{IO: f.IO, Now: f.Now, Addrs: interfaceAddrs, Advertise: advertiseMDNS, Devices: verbs.Devices}
 	cmd := &cobra.Command{
 		Use:   "serve [flags]",
-		Short: "Answer rping clients (tbrdma ping, rping -c) on rdma_cm port 7174",
+		Short: "Advertise this machine and answer ping, pingpong and the perftest family",
 		Long: `Listen on rdma_cm port 7174 (RDMA_PS_TCP) and answer rping's protocol for
 every client that connects, "tbrdma ping" or the stock "rping -c", each
 connection in its own goroutine, as "rping -s -P" does. One line per
 connection accepted and closed goes to stderr; -v prints rping's "server ping
 data: ..." lines on stdout.
+
+On TCP --oob-port (18515) serve also runs the server side of "tbrdma
+pingpong", "write-bw", "read-bw", "send-bw", "write-lat", "read-lat",
+"send-lat" and "atomic-lat" clients, with the client's size, iterations and
+depths, on its own device (each client gets a QP, CQ and MR of its own;
+clients may run at the same time). A tbrdma client says which test it runs in
+a hint that stock servers ignore (docs/wire-format.md). A stock perftest
+client sends no hint: serve says so on stderr and closes the connection (run
+the test's own server for it: "tbrdma write-bw" with --oob-port 0 here, or
+serve stopped). A stock ibv_rc_pingpong client gets serve's defaults (4096
+bytes, 1000 iterations, MTU 1024). "pingpong --ud" and -R (rdma_cm)
+perftest clients are not hosted. A line per client on stderr says what runs
+and how it ended; a failed client never stops serve.
 
 Without --bind tbrdma serves on every up, non-loopback IPv4 address of this
 machine (each is a device with UDP 4791; addresses whose UDP 4791 is taken,
@@ -76,6 +92,9 @@ and exits 0.`,
 			if opts.Port < 0 || opts.Port > 65535 {
 				return FlagErrorf("invalid -p %d: want 1..65535 (0: any free port)", opts.Port)
 			}
+			if opts.OOBPort < 0 || opts.OOBPort > 65535 {
+				return FlagErrorf("invalid --oob-port %d: want 1..65535 (0: host no pingpong or perftest server)", opts.OOBPort)
+			}
 			if opts.MaxConns < 1 {
 				return FlagErrorf("invalid --max-conns %d: want 1 or more", opts.MaxConns)
 			}
@@ -89,6 +108,7 @@ and exits 0.`,
 	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` to serve on (default: every up, non-loopback IPv4 address)")
 	fl.IntVarP(&opts.Port, "port", "p", rping.DefaultPort, "rdma_cm `port` to listen on")
 	fl.BoolVarP(&opts.Verbose, "verbose", "v", false, `print rping's "server ping data" lines`)
+	fl.IntVar(&opts.OOBPort, "oob-port", 18515, "TCP `port` for pingpong and perftest clients (0: host none)")
 	fl.IntVar(&opts.MaxConns, "max-conns", 64, "connections served at once per address; more are rejected")
 	fl.BoolVar(&opts.NoAdvertise, "no-advertise", false, "do not advertise this machine on mDNS (_tbrdma._udp)")
 	fl.StringSliceVar(&opts.Ifaces, "iface", nil, "advertise on the interface `name` (repeatable; default: the Thunderbolt interfaces served)")
@@ -166,6 +186,7 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	var bound []netip.AddrPort
 	var ready, done sync.WaitGroup
 	errs := make([]error, len(devs))
+	oobErrs := make([]error, len(devs))
 	for i, d := range devs {
 		ready.Add(1)
 		done.Add(1)
@@ -188,6 +209,25 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		}()
 	}
 	ready.Wait()
+	if o.OOBPort != 0 && ctx.Err() == nil {
+		for i, d := range devs {
+			a := d.LocalAddr().Addr()
+			ln, err := listenOOB(ctx, a, o.OOBPort)
+			if err != nil {
+				oobErrs[i] = err
+				cancel()
+				break
+			}
+			fmt.Fprintf(log, "tbrdma serve: listening on %v port %d (TCP, pingpong and perftest clients)\n", a, ln.Addr().(*net.TCPAddr).Port)
+			done.Go(func() {
+				s := &oobServer{dev: d, log: log, now: o.Now}
+				if err := serveOOB(ctx, ln, s); err != nil {
+					oobErrs[i] = err
+					cancel()
+				}
+			})
+		}
+	}
 	if !o.NoAdvertise && ctx.Err() == nil {
 		defer o.advertise(ctx, devs, log)()
 	}
@@ -195,5 +235,5 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		o.Ready(bound)
 	}
 	done.Wait()
-	return errors.Join(errs...)
+	return errors.Join(append(errs, oobErrs...)...)
 }

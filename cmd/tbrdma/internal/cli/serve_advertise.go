@@ -110,18 +110,21 @@ func deviceOf(list []*verbs.Device, addr netip.Addr) *verbs.Device {
 
 // service is what serve publishes for one served device (DESIGN.md,
 // Discovery): its RoCEv2 port, GID, node GUID, active MTU, device name,
-// capabilities, the tbrdma version and the rdma_cm port of the ping
-// service (TXT "cm").
+// capabilities, the tbrdma version, the rdma_cm port of the ping service
+// (TXT "cm") and the largest large-segment size its link carries (TXT
+// "seg": peers that see it may offer tbrdma's large-segment extension,
+// in the perftest exchange or the CM private data).
 func service(s servedDevice, cmPort int) discovery.Service {
 	return discovery.Service{
-		CMPort:  uint16(cmPort),
-		Port:    s.ctx.LocalAddr().Port(),
-		GID:     netip.AddrFrom16(s.ctx.GID()),
-		GUID:    fmt.Sprintf("%016x", uint64(s.dev.NodeGUID)),
-		MTU:     s.ctx.ActiveMTU().Bytes(),
-		Device:  s.dev.Name,
-		Caps:    serveCaps,
-		Version: moduleVersion(),
+		CMPort:      uint16(cmPort),
+		Port:        s.ctx.LocalAddr().Port(),
+		GID:         netip.AddrFrom16(s.ctx.GID()),
+		GUID:        fmt.Sprintf("%016x", uint64(s.dev.NodeGUID)),
+		MTU:         s.ctx.ActiveMTU().Bytes(),
+		Device:      s.dev.Name,
+		Caps:        serveCaps,
+		Version:     moduleVersion(),
+		SegmentSize: verbs.SegmentSizeForLink(s.dev.LinkMTU),
 	}
 }
 

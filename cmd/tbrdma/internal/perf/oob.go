@@ -23,18 +23,97 @@ const (
 	keyLen     = 108 // the GID variant of the key message, with its NUL
 )
 
-// Comm is one end of perftest's out-of-band TCP exchange (ethernet mode, no
-// rdma_cm). There is no framing: every exchange has a size both sides know.
-// The client writes first and then reads; the server reads and then writes.
+// Comm is one end of perftest's out-of-band exchange: over TCP (ethernet
+// mode, NewComm) or, with -R, in SENDs on an rdma_cm-connected RC QP
+// (NewMsgComm). There is no framing: every exchange has a size both sides
+// know. The client writes first and then reads; the server reads and then
+// writes.
 type Comm struct {
-	rw     io.ReadWriter
+	conn   msgConn
 	server bool
+	// rdmaCM: the key messages are perftest's binary struct (BinaryKeyLen
+	// bytes) and the closing handshake has no "done".
+	rdmaCM bool
 	// RemoteVersion is the peer's version string, after ExchangeVersions.
 	RemoteVersion string
+	// OfferSegment, when set before ExchangeVersions, is the large-segment
+	// size in bytes (a multiple of 4096, 8192 … 61440) this end offers;
+	// PeerSegment is then the size both agreed on, or 0 when the peer
+	// made no offer (a stock perftest, or a tbrdma without the option).
+	OfferSegment, PeerSegment int
+	// Hint is tbrdma's test hint (docs/wire-format.md): a client sets it
+	// before ExchangeVersions and sends it only when the server asks for
+	// it, which only "tbrdma serve" does; on a server with AskHint set it
+	// is, after ExchangeVersions, the hint the client sent ("" when the
+	// client made none: a stock perftest).
+	Hint    string
+	AskHint bool
 }
 
-// NewComm returns a Comm on an established connection.
-func NewComm(rw io.ReadWriter, server bool) *Comm { return &Comm{rw: rw, server: server} }
+// The test-hint markers: a client with a hint puts hintOffer in the last
+// two bytes of its version message, "tbrdma serve" answers with hintAsk
+// there, and the client then sends the hint as a 2-byte big-endian length
+// and that many bytes of text. A stock perftest sends and reads nothing
+// else, and never sends hintAsk (its version string ends in a NUL well
+// before byte 14).
+const (
+	hintOffer = "tq"
+	hintAsk   = "th"
+	// MaxHintLen bounds the hint a server accepts.
+	MaxHintLen = 512
+)
+
+// hasMarker reports whether a version message carries marker m.
+func hasMarker(b []byte, m string) bool {
+	return len(b) == versionLen && string(b[versionLen-len(m):]) == m
+}
+
+// msgConn carries one exchange's messages.
+type msgConn interface {
+	send(b []byte) error
+	// recv fills b with the next message, which must be len(b) bytes.
+	recv(b []byte) error
+}
+
+// streamConn is a TCP connection: a message is its bytes, unframed.
+type streamConn struct{ rw io.ReadWriter }
+
+func (s streamConn) send(b []byte) error { _, err := s.rw.Write(b); return err }
+func (s streamConn) recv(b []byte) error { _, err := io.ReadFull(s.rw, b); return err }
+
+// MsgConn carries whole messages, one per SEND, as perftest's rdma_cm mode
+// does (QPChannel).
+type MsgConn interface {
+	// Send sends b as one message and returns once it is delivered.
+	Send(b []byte) error
+	// Recv returns the next message received.
+	Recv() ([]byte, error)
+}
+
+type msgAdapter struct{ m MsgConn }
+
+func (a msgAdapter) send(b []byte) error { return a.m.Send(b) }
+
+func (a msgAdapter) recv(b []byte) error {
+	m, err := a.m.Recv()
+	if err != nil {
+		return err
+	}
+	if len(m) != len(b) {
+		return fmt.Errorf("the peer sent a %d-byte message where perftest %s sends %d (a different perftest version?)", len(m), Version, len(b))
+	}
+	copy(b, m)
+	return nil
+}
+
+// NewComm returns a Comm on an established TCP connection.
+func NewComm(rw io.ReadWriter, server bool) *Comm { return &Comm{conn: streamConn{rw}, server: server} }
+
+// NewMsgComm returns a Comm for perftest's rdma_cm mode (-R): each message
+// is one SEND on the connected "comm" QP, the key messages are binary.
+func NewMsgComm(m MsgConn, server bool) *Comm {
+	return &Comm{conn: msgAdapter{m}, server: server, rdmaCM: true}
+}
 
 // Server reports whether this end is the server.
 func (c *Comm) Server() bool { return c.server }
@@ -42,26 +121,65 @@ func (c *Comm) Server() bool { return c.server }
 // xchg sends out and receives len(in) bytes, in the order of this end's role.
 func (c *Comm) xchg(out, in []byte) error {
 	if c.server {
-		if _, err := io.ReadFull(c.rw, in); err != nil {
+		if err := c.conn.recv(in); err != nil {
 			return err
 		}
-		_, err := c.rw.Write(out)
+		return c.conn.send(out)
+	}
+	if err := c.conn.send(out); err != nil {
 		return err
 	}
-	if _, err := c.rw.Write(out); err != nil {
-		return err
-	}
-	_, err := io.ReadFull(c.rw, in)
-	return err
+	return c.conn.recv(in)
 }
 
 // ExchangeVersions sends Version and reads the peer's version string.
+//
+// With OfferSegment set it also carries tbrdma's large-segment offer
+// (docs/wire-format.md): after the version string's NUL, inside the same
+// 16 bytes, "tbseg=" and the segment size in KiB, NUL-terminated. perftest
+// reads the version up to its NUL, so a stock peer ignores the offer. A
+// client offers; a server answers with its own offer only when the client
+// offered one; the agreed size (PeerSegment) is the smaller of the two.
 func (c *Comm) ExchangeVersions() (string, error) {
 	out := make([]byte, versionLen)
 	copy(out, Version)
 	in := make([]byte, versionLen)
-	if err := c.xchg(out, in); err != nil {
+	put := func() {
+		if c.OfferSegment > 0 {
+			copy(out[len(Version)+1:], fmt.Sprintf("%s%d", segOffer, c.OfferSegment/1024))
+		}
+	}
+	var err error
+	if c.server {
+		if err = c.conn.recv(in); err == nil {
+			if parseSegOffer(in) == 0 {
+				c.OfferSegment = 0 // never offered to a peer that did not offer
+			}
+			put()
+			ask := c.AskHint && hasMarker(in, hintOffer)
+			if ask {
+				copy(out[versionLen-len(hintAsk):], hintAsk)
+			}
+			if err = c.conn.send(out); err == nil && ask {
+				c.Hint, err = c.recvHint()
+			}
+		}
+	} else {
+		put()
+		if c.Hint != "" {
+			copy(out[versionLen-len(hintOffer):], hintOffer)
+		}
+		if err = c.xchg(out, in); err == nil && c.Hint != "" && hasMarker(in, hintAsk) {
+			err = c.sendHint()
+		}
+	}
+	if err != nil {
 		return "", fmt.Errorf("version exchange: %w", err)
+	}
+	if c.OfferSegment > 0 {
+		if p := parseSegOffer(in); p > 0 {
+			c.PeerSegment = min(p, c.OfferSegment)
+		}
 	}
 	if i := bytes.IndexByte(in, 0); i >= 0 {
 		in = in[:i]
@@ -75,6 +193,66 @@ func (c *Comm) ExchangeVersions() (string, error) {
 		return c.RemoteVersion, fmt.Errorf("version exchange: peer perftest %s is older than 5.70, which is not supported", c.RemoteVersion)
 	}
 	return c.RemoteVersion, nil
+}
+
+// sendHint sends c.Hint: its length (2 bytes, big-endian), then the text.
+func (c *Comm) sendHint() error {
+	if len(c.Hint) > MaxHintLen {
+		return fmt.Errorf("test hint of %d bytes, more than %d", len(c.Hint), MaxHintLen)
+	}
+	b := binary.BigEndian.AppendUint16(nil, uint16(len(c.Hint)))
+	return c.conn.send(append(b, c.Hint...))
+}
+
+// recvHint reads a hint sendHint sent.
+func (c *Comm) recvHint() (string, error) {
+	n := make([]byte, 2)
+	if err := c.conn.recv(n); err != nil {
+		return "", fmt.Errorf("test hint: %w", err)
+	}
+	l := int(binary.BigEndian.Uint16(n))
+	if l == 0 || l > MaxHintLen {
+		return "", fmt.Errorf("test hint of %d bytes: want 1..%d (not a tbrdma client?)", l, MaxHintLen)
+	}
+	b := make([]byte, l)
+	if err := c.conn.recv(b); err != nil {
+		return "", fmt.Errorf("test hint: %w", err)
+	}
+	return string(b), nil
+}
+
+// segOffer starts tbrdma's large-segment offer in the version message.
+const segOffer = "tbseg="
+
+// parseSegOffer returns the segment size in bytes offered in a version
+// message (after the version's NUL), or 0 when there is none or it is not
+// a multiple of 4 KiB from 8 KiB to 60 KiB.
+func parseSegOffer(b []byte) int {
+	i := bytes.IndexByte(b, 0)
+	if i < 0 {
+		return 0
+	}
+	rest, ok := bytes.CutPrefix(b[i+1:], []byte(segOffer))
+	if !ok {
+		return 0
+	}
+	if j := bytes.IndexByte(rest, 0); j >= 0 {
+		rest = rest[:j]
+	}
+	if len(rest) == 0 || len(rest) > 3 {
+		return 0
+	}
+	kib := 0
+	for _, d := range rest {
+		if d < '0' || d > '9' {
+			return 0
+		}
+		kib = kib*10 + int(d-'0')
+	}
+	if kib < 8 || kib > 60 || kib%4 != 0 {
+		return 0
+	}
+	return kib * 1024
 }
 
 // ExchangeSysData exchanges page size and cache line size (4-byte
@@ -118,6 +296,8 @@ type Dest struct {
 	VAddr    uint64
 	GID      [16]byte
 	SRQN     uint32
+	// GIDIndex travels in the rdma_cm mode's binary key only.
+	GIDIndex uint32
 }
 
 // MarshalKey returns the 108-byte key message of the GID variant:
@@ -164,9 +344,54 @@ func ParseKey(b []byte) (Dest, error) {
 	return d, nil
 }
 
-// HandShake exchanges key messages (GID variant): the real exchange of QP
-// descriptions and, with the same content, every later synchronisation.
+// BinaryKeyLen is the size of the key message in perftest 4.5's rdma_cm
+// mode: its struct pingpong_dest as it lies in memory on LP64 (see
+// MarshalBinaryKey).
+const BinaryKeyLen = 56
+
+// MarshalBinaryKey returns the key message of perftest's rdma_cm mode: the
+// struct itself, integers big-endian (perftest converts each with htobe32
+// or htobe64 before the SEND): lid, out_reads, qpn, psn, rkey (4 bytes
+// each), 4 bytes of alignment padding, vaddr (8), the 16 GID bytes, srqn
+// and gid_index (4 each). perftest 4.5 reads back lid … gid only.
+func (d Dest) MarshalBinaryKey() []byte {
+	b := make([]byte, 0, BinaryKeyLen)
+	for _, v := range [...]uint32{uint32(d.LID), uint32(d.OutReads), d.QPN, d.PSN, d.RKey, 0} {
+		b = binary.BigEndian.AppendUint32(b, v)
+	}
+	b = binary.BigEndian.AppendUint64(b, d.VAddr)
+	b = append(b, d.GID[:]...)
+	b = binary.BigEndian.AppendUint32(b, d.SRQN)
+	return binary.BigEndian.AppendUint32(b, d.GIDIndex)
+}
+
+// ParseBinaryKey parses a BinaryKeyLen-byte key message of the rdma_cm
+// mode. The padding is ignored (perftest leaves it uninitialised).
+func ParseBinaryKey(b []byte) (Dest, error) {
+	if len(b) != BinaryKeyLen {
+		return Dest{}, fmt.Errorf("malformed perftest rdma_cm key message: %d bytes, want %d", len(b), BinaryKeyLen)
+	}
+	u := func(off int) uint32 { return binary.BigEndian.Uint32(b[off:]) }
+	if u(0) > 0xFFFF || u(4) > 0xFFFF || u(8) > 0xFFFFFF || u(12) > 0xFFFFFF {
+		return Dest{}, fmt.Errorf("malformed perftest rdma_cm key message: LID %#x, out_reads %#x, QPN %#x, PSN %#x out of range", u(0), u(4), u(8), u(12))
+	}
+	d := Dest{LID: uint16(u(0)), OutReads: uint16(u(4)), QPN: u(8), PSN: u(12), RKey: u(16),
+		VAddr: binary.BigEndian.Uint64(b[24:]), SRQN: u(48), GIDIndex: u(52)}
+	copy(d.GID[:], b[32:48])
+	return d, nil
+}
+
+// HandShake exchanges key messages (the GID variant over TCP, the binary
+// struct with rdma_cm): the real exchange of QP descriptions and, with the
+// same content, every later synchronisation.
 func (c *Comm) HandShake(my Dest) (Dest, error) {
+	if c.rdmaCM {
+		in := make([]byte, BinaryKeyLen)
+		if err := c.xchg(my.MarshalBinaryKey(), in); err != nil {
+			return Dest{}, fmt.Errorf("key exchange: %w", err)
+		}
+		return ParseBinaryKey(in)
+	}
 	in := make([]byte, keyLen)
 	if err := c.xchg(my.MarshalKey(), in); err != nil {
 		return Dest{}, fmt.Errorf("key exchange: %w", err)
@@ -200,12 +425,16 @@ func (c *Comm) ExchangeBWReport(my BWReport) (BWReport, error) {
 }
 
 // Close is perftest's ctx_close_connection: one more key exchange, then
-// both ends write "done" (with its NUL) and close without reading it.
+// over TCP both ends write "done" (with its NUL) and close without reading
+// it; with rdma_cm nothing follows the key exchange.
 func (c *Comm) Close(my Dest) error {
 	if _, err := c.HandShake(my); err != nil {
 		return fmt.Errorf("closing handshake: %w", err)
 	}
-	if _, err := c.rw.Write([]byte("done\x00")); err != nil {
+	if c.rdmaCM {
+		return nil
+	}
+	if err := c.conn.send([]byte("done\x00")); err != nil {
 		return fmt.Errorf("closing handshake: %w", err)
 	}
 	return nil

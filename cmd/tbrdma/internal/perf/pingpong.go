@@ -2,6 +2,7 @@ package perf
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -77,6 +78,18 @@ func ParsePingpongDest(b []byte) (PingpongDest, error) {
 // PingpongClientExchange is the client side of ibv_rc_pingpong's exchange:
 // send our address, read the server's, send "done".
 func PingpongClientExchange(rw io.ReadWriter, my PingpongDest) (PingpongDest, error) {
+	return PingpongClientExchangeHint(rw, my, "")
+}
+
+// PingpongClientExchangeHint is PingpongClientExchange that sends, in the
+// same write as "done", tbrdma's test hint (docs/wire-format.md): a 2-byte
+// big-endian length and the text. A stock server reads "done" and closes
+// the connection without reading further; "tbrdma serve" reads the hint
+// (ReadPingpongHint).
+func PingpongClientExchangeHint(rw io.ReadWriter, my PingpongDest, hint string) (PingpongDest, error) {
+	if len(hint) > MaxHintLen {
+		return PingpongDest{}, fmt.Errorf("test hint of %d bytes, more than %d", len(hint), MaxHintLen)
+	}
 	if _, err := rw.Write(my.Marshal()); err != nil {
 		return PingpongDest{}, fmt.Errorf("couldn't send local address: %w", err)
 	}
@@ -88,10 +101,44 @@ func PingpongClientExchange(rw io.ReadWriter, my PingpongDest) (PingpongDest, er
 	if err != nil {
 		return PingpongDest{}, err
 	}
-	if _, err := rw.Write(pingpongDone); err != nil {
+	done := pingpongDone
+	if hint != "" {
+		done = binary.BigEndian.AppendUint16(append([]byte(nil), pingpongDone...), uint16(len(hint)))
+		done = append(done, hint...)
+	}
+	if _, err := rw.Write(done); err != nil {
 		return PingpongDest{}, fmt.Errorf("couldn't send \"done\": %w", err)
 	}
 	return rem, nil
+}
+
+// ReadPingpongDone reads the client's "done" and, when the client sent
+// one, its test hint; a client that closes the connection after "done" (a
+// stock ibv_rc_pingpong) has sent none: the hint is then "".
+func ReadPingpongDone(r io.Reader) (string, error) {
+	done := make([]byte, len(pingpongDone))
+	if _, err := io.ReadFull(r, done); err != nil {
+		return "", fmt.Errorf("couldn't read \"done\" from client: %w", err)
+	}
+	if !bytes.Equal(done[:4], pingpongDone[:4]) {
+		return "", errors.New(`couldn't read "done" from client`)
+	}
+	n := make([]byte, 2)
+	if _, err := io.ReadFull(r, n); err != nil {
+		if errors.Is(err, io.EOF) {
+			return "", nil
+		}
+		return "", fmt.Errorf("test hint: %w", err)
+	}
+	l := int(binary.BigEndian.Uint16(n))
+	if l == 0 || l > MaxHintLen {
+		return "", fmt.Errorf("test hint of %d bytes: want 1..%d (not a tbrdma client?)", l, MaxHintLen)
+	}
+	b := make([]byte, l)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return "", fmt.Errorf("test hint: %w", err)
+	}
+	return string(b), nil
 }
 
 // PingpongServerExchange is the server side: read the client's address,

@@ -35,6 +35,7 @@ type TestInfo struct {
 	MTU        int // bytes
 	GIDIndex   int
 	OutReads   int
+	RDMACM     bool // -R: the QP connected with rdma_cm, the exchange over it
 }
 
 // Title returns the test's title, e.g. "RDMA_Write BW Test".
@@ -83,10 +84,19 @@ func PrintHeader(w io.Writer, t *TestInfo) {
 	} else {
 		fmt.Fprintf(w, " Max inline data : 0[B]\n")
 	}
-	fmt.Fprintf(w, " rdma_cm QPs\t : OFF\n")
-	fmt.Fprintf(w, " Data ex. method : Ethernet\n")
+	if t.RDMACM {
+		fmt.Fprintf(w, " rdma_cm QPs\t : ON\n")
+		fmt.Fprintf(w, " Data ex. method : rdma_cm\n")
+	} else {
+		fmt.Fprintf(w, " rdma_cm QPs\t : OFF\n")
+		fmt.Fprintf(w, " Data ex. method : Ethernet\n")
+	}
 	fmt.Fprintln(w, Line)
 }
+
+// CMWaitNote is what a perftest -R server prints after its header block,
+// before the test QP's connection.
+var CMWaitNote = " Waiting for client rdma_cm QP to connect\n Please run the same command with the IB/RoCE interface IP\n" + Line + "\n"
 
 // altHex formats v like C's "%#0*x": "0x" and zero padding to width
 // characters in all, but a zero value as plain zero-padded digits.

@@ -1,5 +1,6 @@
 // Package ui owns the terminal for the tbrdma CLI: the standard streams,
-// whether they are terminals, and whether human output is styled (color).
+// whether they are terminals, whether human output is styled (color), and
+// the live progress line on a terminal's standard error (Progress).
 // Commands write through an *IO so that tests can capture what they print.
 package ui
 

@@ -1,0 +1,100 @@
+package perf
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"testing"
+)
+
+// recorder keeps what one end wrote.
+type recorder struct {
+	net.Conn
+	out bytes.Buffer
+}
+
+func (r *recorder) Write(b []byte) (int, error) { r.out.Write(b); return r.Conn.Write(b) }
+
+func exchangeVersions(t *testing.T, clientOffer, serverOffer int) (cl, sv *Comm, clOut, svOut []byte) {
+	t.Helper()
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	ra, rb := &recorder{Conn: a}, &recorder{Conn: b}
+	cl, sv = NewComm(ra, false), NewComm(rb, true)
+	cl.OfferSegment, sv.OfferSegment = clientOffer, serverOffer
+	errc := make(chan error, 1)
+	go func() { _, err := sv.ExchangeVersions(); errc <- err }()
+	if _, err := cl.ExchangeVersions(); err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("server: %v", err)
+	}
+	if cl.RemoteVersion != Version || sv.RemoteVersion != Version {
+		t.Fatalf("versions %q %q", cl.RemoteVersion, sv.RemoteVersion)
+	}
+	return cl, sv, ra.out.Bytes(), rb.out.Bytes()
+}
+
+func TestSegmentOffer(t *testing.T) {
+	plain := append([]byte(Version), make([]byte, versionLen-len(Version))...)
+	for _, c := range []struct {
+		name           string
+		client, server int
+		want           int
+		clientPlain    bool
+		serverPlain    bool
+	}{
+		{"neither", 0, 0, 0, true, true},
+		{"both", 61440, 61440, 61440, false, false},
+		{"both, smaller server", 61440, 32768, 32768, false, false},
+		{"both, smaller client", 8192, 61440, 8192, false, false},
+		{"client only", 61440, 0, 0, false, true},
+		{"server only", 0, 61440, 0, true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl, sv, clOut, svOut := exchangeVersions(t, c.client, c.server)
+			if cl.PeerSegment != c.want || sv.PeerSegment != c.want {
+				t.Fatalf("agreed %d (client) and %d (server), want %d", cl.PeerSegment, sv.PeerSegment, c.want)
+			}
+			if len(clOut) != versionLen || len(svOut) != versionLen {
+				t.Fatalf("messages of %d and %d bytes, want %d", len(clOut), len(svOut), versionLen)
+			}
+			// Without an offer the message is byte for byte perftest's.
+			if got := bytes.Equal(clOut, plain); got != c.clientPlain {
+				t.Fatalf("client message %q: plain = %v, want %v", clOut, got, c.clientPlain)
+			}
+			if got := bytes.Equal(svOut, plain); got != c.serverPlain {
+				t.Fatalf("server message %q: plain = %v, want %v", svOut, got, c.serverPlain)
+			}
+		})
+	}
+}
+
+func TestParseSegOffer(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+	}{
+		{"6.06\x00tbseg=60\x00\x00\x00", 61440},
+		{"6.06\x00tbseg=8\x00", 8192},
+		{"6.06\x00tbseg=32", 32768},
+		{"6.06\x00tbseg=64\x00", 0},
+		{"6.06\x00tbseg=6\x00", 0},
+		{"6.06\x00tbseg=10\x00", 0},
+		{"6.06\x00tbseg=\x00", 0},
+		{"6.06\x00tbseg=1x\x00", 0},
+		{"6.06\x00tbseg=0060\x00", 0},
+		{"6.06\x00tbsEg=60\x00", 0},
+		{"6.06tbseg=60", 0},
+		{"\x00\x00\x00", 0},
+		{"", 0},
+	} {
+		if got := parseSegOffer([]byte(c.in)); got != c.want {
+			t.Errorf("parseSegOffer(%q) = %d, want %d", c.in, got, c.want)
+		}
+	}
+}
+
+var _ io.ReadWriter = (*recorder)(nil)
