@@ -335,7 +335,10 @@ func (s *oobServer) pingpong(ctx context.Context, c net.Conn, say func(string, .
 	if err := pp.setupQP(); err != nil {
 		return err
 	}
-	if _, err := c.Write(pp.my.Marshal()); err != nil {
+	// ServeLID tells a tbrdma client to send its test hint after "done".
+	my := pp.my
+	my.LID = perf.ServeLID
+	if _, err := c.Write(my.Marshal()); err != nil {
 		return fmt.Errorf("couldn't send local address: %w", err)
 	}
 	c.SetReadDeadline(time.Now().Add(oobFirstRead))

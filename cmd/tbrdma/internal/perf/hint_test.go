@@ -123,12 +123,24 @@ func TestReadPingpongDone(t *testing.T) {
 			t.Errorf("%q: %q, %v", c.in, h, err)
 		}
 	}
+	// To "tbrdma serve" (its address carries ServeLID): done + hint.
 	var w bytes.Buffer
-	rem := PingpongDest{QPN: 0x11, PSN: 0x22}
+	rem := PingpongDest{LID: ServeLID, QPN: 0x11, PSN: 0x22}
 	if _, err := PingpongClientExchangeHint(rw{&w, bytes.NewReader(rem.Marshal())}, PingpongDest{}, "tbtest=pingpong s=1"); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasSuffix(w.String(), "done\x00\x00\x13tbtest=pingpong s=1") {
 		t.Errorf("client wrote %q", w.String())
+	}
+	// To a stock server (LID 0000): exactly "done" and its NUL, which is
+	// all rdma-core's ibv_rc_pingpong server accepts (its read must return
+	// 5 bytes; interop showed it failing on the hint).
+	w.Reset()
+	rem.LID = 0
+	if _, err := PingpongClientExchangeHint(rw{&w, bytes.NewReader(rem.Marshal())}, PingpongDest{}, "tbtest=pingpong s=1"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(w.String(), "0\x00done\x00") || strings.Contains(w.String(), "tbtest") {
+		t.Errorf("client wrote %q to a stock server, want its address then exactly \"done\\x00\"", w.String())
 	}
 }

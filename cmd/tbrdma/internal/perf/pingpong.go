@@ -15,6 +15,14 @@ import (
 // "LLLL:QQQQQQ:PPPPPP:" + 32 hex digits of GID + NUL.
 const PingpongMsgLen = 52
 
+// ServeLID is the LID "tbrdma serve" puts in its pingpong address message
+// ("tb" in ASCII). LIDs mean nothing on RoCE (every tool sends 0000 and
+// routes by GID), so a stock client ignores it; a tbrdma client sends its
+// test hint only to a server that showed it, because a stock
+// ibv_rc_pingpong server insists on reading exactly "done" (5 bytes) and
+// fails on anything more.
+const ServeLID uint16 = 0x7462
+
 // pingpongDone is what the client sends last ("done" and its NUL).
 var pingpongDone = []byte("done\x00")
 
@@ -83,9 +91,10 @@ func PingpongClientExchange(rw io.ReadWriter, my PingpongDest) (PingpongDest, er
 
 // PingpongClientExchangeHint is PingpongClientExchange that sends, in the
 // same write as "done", tbrdma's test hint (docs/wire-format.md): a 2-byte
-// big-endian length and the text. A stock server reads "done" and closes
-// the connection without reading further; "tbrdma serve" reads the hint
-// (ReadPingpongHint).
+// big-endian length and the text — only when the server's address carries
+// ServeLID ("tbrdma serve", which reads it with ReadPingpongDone). A stock
+// server gets "done" alone: rdma-core's ibv_rc_pingpong fails unless its
+// read returns exactly those 5 bytes.
 func PingpongClientExchangeHint(rw io.ReadWriter, my PingpongDest, hint string) (PingpongDest, error) {
 	if len(hint) > MaxHintLen {
 		return PingpongDest{}, fmt.Errorf("test hint of %d bytes, more than %d", len(hint), MaxHintLen)
@@ -102,7 +111,7 @@ func PingpongClientExchangeHint(rw io.ReadWriter, my PingpongDest, hint string) 
 		return PingpongDest{}, err
 	}
 	done := pingpongDone
-	if hint != "" {
+	if hint != "" && rem.LID == ServeLID {
 		done = binary.BigEndian.AppendUint16(append([]byte(nil), pingpongDone...), uint16(len(hint)))
 		done = append(done, hint...)
 	}
