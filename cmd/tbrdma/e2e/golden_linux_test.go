@@ -24,10 +24,16 @@ var masks = []struct {
 	{regexp.MustCompile(`time=\d[\d.]* ms`), "time=<rtt> ms"},
 	{regexp.MustCompile(`time \d+ms`), "time <elapsed>ms"},
 	{regexp.MustCompile(`= \d+\.\d+/\d+\.\d+/\d+\.\d+/\d+\.\d+ ms`), "= <min>/<avg>/<max>/<mdev> ms"},
+	// ibv_rc_pingpong's summary (pingpong, demo): elapsed time and rates.
+	{regexp.MustCompile(`in \d+\.\d+ seconds = \d+\.\d+ (Mbit/sec|usec/iter)`), "in #.## seconds = #.## $1"},
+	// cat's summary on a terminal: the elapsed time and the rate (whose
+	// unit follows its size).
+	{regexp.MustCompile(`in \d+\.\d+ s, \d+(\.\d+)? [KMGT]?i?B/s`), "in #.## s, <rate>/s"},
 	// JSON: raw nanoseconds, rates.
 	{regexp.MustCompile(`"(rtt_ns|time_ns|min_ns|avg_ns|max_ns|mdev_ns|t_min_ns|t_max_ns|t_typical_ns|t_avg_ns|t_stdev_ns|p99_ns|p999_ns|bw_peak_bps|bw_avg_bps|msg_rate_pps)":[-\d.e+]+`), `"$1":0`},
-	// perftest: QPN, PSN, RKey, VAddr are random.
-	{regexp.MustCompile(`(QPN|PSN|RKey|VAddr|OUT) 0x[0-9a-f]+`), "$1 0x…"},
+	// perftest, ibv_rc_pingpong: PSN, RKey and VAddr are random (QPNs
+	// are not: a process's first QP is 0x11).
+	{regexp.MustCompile(`(PSN|RKey|VAddr) 0x[0-9a-f]+`), "$1 0x…"},
 	// version: the toolchain, platform and revision of this build.
 	{regexp.MustCompile(`(?m)^tbrdma (\S+)( \([0-9a-f]+(\+dirty)?\))?$`), "tbrdma <version>"},
 	{regexp.MustCompile(`(?m)^go\d\S* \w+/\w+$`), "<go version> <os>/<arch>"},

@@ -27,7 +27,7 @@ func newCmdDemo(f *Factory, runF func(*demoOptions) error) *cobra.Command {
 	opts := &demoOptions{IO: f.IO, Factory: f}
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run both ends on this machine over loopback UDP: pingpong, write-bw, read-lat",
+		Short: "Run both ends on this machine over loopback UDP: pingpong, write-bw, read-lat, atomic-lat",
 		Long: `Run a server and a client of each test command in this process, on two
 loopback addresses, with real UDP sockets and real RoCEv2 packets: the whole
 stack working with no Thunderbolt link and no second machine.

@@ -61,8 +61,8 @@ Ctrl-C, which ends it with exit status 0.
 work; static peers are printed after those mDNS found (and alone when there
 is no Thunderbolt interface). --static-file reads them from a file of
 name=address[:port] entries ("#" starts a comment); with --watch, edits to
-the file show as peers appearing, changing and leaving. --json prints one JSON object per peer (with
---watch, per event), schemaVersion 1, raw values.`,
+the file show as peers appearing, changing and leaving. --json prints one
+JSON object per peer (with --watch, per event), schemaVersion 1, raw values.`,
 		Example: `  tbrdma peers
   tbrdma peers --watch
   tbrdma peers --iface en5 --timeout 3s --json

@@ -104,11 +104,11 @@ func newCmdPerftest(f *Factory, k *perftestKind, runF func(*perftestOptions) err
 	cmd := &cobra.Command{
 		Use:   k.name + " [flags] [peer]",
 		Short: fmt.Sprintf("%s, compatible with perftest's %s", testTitle(k), k.stock),
-		Long: fmt.Sprintf(`Run perftest's %s test over an RC QP. Without a peer tbrdma is the server
-and waits for one client; with a peer it is the client. Flags, the TCP
-exchange on port 18515 and the output are perftest's, so the other side may be
-a stock %s on a Linux rdma_rxe (or RoCE) host. tbrdma announces itself
-as perftest %s in the exchange, the version Debian 12 ships.
+		Long: fmt.Sprintf(`Run perftest's %s test over an RC QP. Without a peer tbrdma is the
+server and waits for one client; with a peer it is the client. Flags, the
+TCP exchange on port 18515 and the output are perftest's, so the other side
+may be a stock %s on a Linux rdma_rxe (or RoCE) host. tbrdma
+announces itself as perftest %s in the exchange, the version Debian 12 ships.
 
 The local RoCE address is --bind (or -d given an IP address), else the address
 of our end of the TCP connection.
