@@ -64,7 +64,12 @@ func run(ctx context.Context, f *Factory, args []string) int {
 	if cmd == nil {
 		cmd = root
 	}
-	if strings.HasPrefix(err.Error(), "unknown command") {
+	// Cobra's own usage errors: an unknown command, and the argument-count
+	// checks of its built-in commands (e.g. the hidden "__complete" that
+	// shell completion scripts call, found by FuzzCLIArgs).
+	if msg := err.Error(); strings.HasPrefix(msg, "unknown command") ||
+		strings.HasPrefix(cmd.Name(), "__complete") ||
+		strings.HasPrefix(msg, "requires at least ") || strings.HasPrefix(msg, "accepts at most ") {
 		err = &FlagError{Err: err}
 	}
 	code := exitCode(err, ctx.Err() != nil)
