@@ -324,9 +324,17 @@ func (b *browser) snapshot() map[peerKey]Peer {
 func (b *browser) update(now time.Time) []Event {
 	b.expire(now)
 	next := b.snapshot()
+	evs := diffPeers(b.peers, next)
+	b.peers = next
+	return evs
+}
+
+// diffPeers returns the events that turn the peer set prev into next:
+// Appeared, Changed and Left, in the stable order of sortEvents.
+func diffPeers[K comparable](prev, next map[K]Peer) []Event {
 	var evs []Event
 	for k, p := range next {
-		old, ok := b.peers[k]
+		old, ok := prev[k]
 		switch {
 		case !ok:
 			evs = append(evs, Event{Appeared, p})
@@ -334,12 +342,11 @@ func (b *browser) update(now time.Time) []Event {
 			evs = append(evs, Event{Changed, p})
 		}
 	}
-	for k, p := range b.peers {
+	for k, p := range prev {
 		if _, ok := next[k]; !ok {
 			evs = append(evs, Event{Left, p})
 		}
 	}
-	b.peers = next
 	sortEvents(evs)
 	return evs
 }

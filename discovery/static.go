@@ -199,23 +199,8 @@ func (s *staticWatch) run(ctx context.Context, send func([]Event) bool) {
 			continue
 		}
 		next := s.index(fp)
-		var evs []Event
-		for k, p := range next {
-			old, ok := s.peers[k]
-			switch {
-			case !ok:
-				evs = append(evs, Event{Appeared, p})
-			case !old.equal(p):
-				evs = append(evs, Event{Changed, p})
-			}
-		}
-		for k, p := range s.peers {
-			if _, ok := next[k]; !ok {
-				evs = append(evs, Event{Left, p})
-			}
-		}
+		evs := diffPeers(s.peers, next)
 		s.peers = next
-		sortEvents(evs)
 		if len(evs) > 0 && !send(evs) {
 			return
 		}

@@ -465,17 +465,8 @@ func (d *dispatcher) handleREQ(now time.Time, p *verbs.MADPacket, msg cmwire.Mes
 		return
 	}
 	// rdma_cm validation (roce-wire.md §7.3); failures are REJ 28.
-	var hdr cmwire.CMAHeader
-	if cmwire.IsCMAServiceID(req.ServiceID()) {
-		h, _, err := cmwire.ParseCMAHeader(req.PrivateData())
-		if err != nil {
-			reject(cmwire.RejConsumerDefined)
-			return
-		}
-		hdr = h
-	}
-	if req.TransportType() != cmwire.TransportRC || (hdr != nil && ln.local.Addr().IsValid() &&
-		!ln.local.Addr().IsUnspecified() && hdr.Dst() != ln.local.Addr().Unmap()) || ln.pending >= ln.backlog {
+	hdr, ok := ln.admit(req.ServiceID(), req.PrivateData())
+	if !ok || req.TransportType() != cmwire.TransportRC {
 		reject(cmwire.RejConsumerDefined)
 		return
 	}
@@ -483,13 +474,7 @@ func (d *dispatcher) handleREQ(now time.Time, p *verbs.MADPacket, msg cmwire.Mes
 	child.peerGID = req.Primary().LocalGID()
 	child.peer = child.peerGID.Addr()
 	child.pathMTU = min(verbs.MTU(req.PathMTU()), d.vctx.ActiveMTU())
-	if hdr != nil {
-		child.local = netip.AddrPortFrom(hdr.Dst(), port)
-		child.remote = netip.AddrPortFrom(hdr.Src(), hdr.Port())
-	} else {
-		child.local = netip.AddrPortFrom(d.vctx.LocalAddr().Addr(), port)
-		child.remote = netip.AddrPortFrom(child.peer, 0)
-	}
+	child.setRequestAddrs(hdr, port)
 	child.req = req.Fields()
 	child.conn = fsm.NewPassive(d.newCommID(), msg, 0)
 	d.conns[child.conn.LocalID] = child
@@ -519,4 +504,36 @@ func (d *dispatcher) handleREQ(now time.Time, p *verbs.MADPacket, msg cmwire.Mes
 		QPNum:              uint32(req.LocalQPN()),
 		SegmentSize:        child.segOffer,
 	}})
+}
+
+// admit is the validation a listener applies to an incoming REQ or
+// SIDR_REQ as rdma_cm does (roce-wire.md §7.3): the CMA header, when the
+// service ID is rdma_cm's, must parse and name the listener's address (when
+// it is bound to one), and the backlog must have room. It returns the
+// header (nil for a service ID outside rdma_cm's).
+func (ln *ID) admit(serviceID uint64, pdata []byte) (cmwire.CMAHeader, bool) {
+	var hdr cmwire.CMAHeader
+	if cmwire.IsCMAServiceID(serviceID) {
+		h, _, err := cmwire.ParseCMAHeader(pdata)
+		if err != nil {
+			return nil, false
+		}
+		hdr = h
+	}
+	if hdr != nil && ln.local.Addr().IsValid() && !ln.local.Addr().IsUnspecified() && hdr.Dst() != ln.local.Addr().Unmap() {
+		return nil, false
+	}
+	return hdr, ln.pending < ln.backlog
+}
+
+// setRequestAddrs sets a passive ID's local and remote addresses from the
+// request's CMA header, or, without one, from the context and the peer.
+func (id *ID) setRequestAddrs(hdr cmwire.CMAHeader, port uint16) {
+	if hdr != nil {
+		id.local = netip.AddrPortFrom(hdr.Dst(), port)
+		id.remote = netip.AddrPortFrom(hdr.Src(), hdr.Port())
+	} else {
+		id.local = netip.AddrPortFrom(id.d.vctx.LocalAddr().Addr(), port)
+		id.remote = netip.AddrPortFrom(id.peer, 0)
+	}
 }

@@ -247,17 +247,8 @@ func (d *dispatcher) handleSIDRREQ(p *verbs.MADPacket, msg cmwire.Message) {
 		reply(cmwire.SIDRReject)
 		return
 	}
-	var hdr cmwire.CMAHeader
-	if cmwire.IsCMAServiceID(req.ServiceID()) {
-		h, _, err := cmwire.ParseCMAHeader(req.PrivateData())
-		if err != nil {
-			reply(cmwire.SIDRReject)
-			return
-		}
-		hdr = h
-	}
-	if (hdr != nil && ln.local.Addr().IsValid() && !ln.local.Addr().IsUnspecified() && hdr.Dst() != ln.local.Addr().Unmap()) ||
-		ln.pending >= ln.backlog {
+	hdr, ok := ln.admit(req.ServiceID(), req.PrivateData())
+	if !ok {
 		reply(cmwire.SIDRReject)
 		return
 	}
@@ -265,13 +256,7 @@ func (d *dispatcher) handleSIDRREQ(p *verbs.MADPacket, msg cmwire.Message) {
 	child.peer = p.From.Addr().Unmap()
 	child.peerGID = wire.GIDFromAddr(child.peer)
 	child.pathMTU = min(verbs.MTU4096, d.vctx.ActiveMTU())
-	if hdr != nil {
-		child.local = netip.AddrPortFrom(hdr.Dst(), port)
-		child.remote = netip.AddrPortFrom(hdr.Src(), hdr.Port())
-	} else {
-		child.local = netip.AddrPortFrom(d.vctx.LocalAddr().Addr(), port)
-		child.remote = netip.AddrPortFrom(child.peer, 0)
-	}
+	child.setRequestAddrs(hdr, port)
 	child.sreq = &sidrRequest{requestID: req.RequestID(), tid: msg.TransactionID(), serviceID: req.ServiceID(), key: key}
 	d.sidrPending[key] = child
 	d.ids[child] = struct{}{}

@@ -227,7 +227,7 @@ func (p *catProgress) done(n uint64, what string) {
 		return
 	}
 	d := p.now().Sub(p.start)
-	fmt.Fprintf(p.w, "tbrdma cat: %s %d bytes (%s) in %.2f s, %s/s; %s\n", p.verb, n, catSize(n), d.Seconds(), catSize(uint64(catRate(n, d))), what)
+	fmt.Fprintf(p.w, "tbrdma cat: %s %d bytes (%s) in %.2f s, %s/s; %s\n", p.verb, n, ui.FormatBytes(n), d.Seconds(), ui.FormatBytes(uint64(catRate(n, d))), what)
 }
 
 // clear removes the progress line before an error message.
@@ -238,20 +238,6 @@ func catRate(n uint64, d time.Duration) float64 {
 		return 0
 	}
 	return float64(n) / d.Seconds()
-}
-
-// catSize formats a byte count in binary units.
-func catSize(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, u := float64(n), 0
-	for v >= unit && u < 4 {
-		v /= unit
-		u++
-	}
-	return fmt.Sprintf("%.1f %ciB", v, " KMGT"[u])
 }
 
 // catSum abbreviates a digest for messages.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
 	"io"
 	"math/rand/v2"
 	"net/netip"
@@ -277,8 +278,8 @@ func TestCatUsage(t *testing.T) {
 
 func TestCatSize(t *testing.T) {
 	for n, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 5 << 20: "5.0 MiB", 3 << 30: "3.0 GiB"} {
-		if got := catSize(n); got != want {
-			t.Errorf("catSize(%d) = %q, want %q", n, got, want)
+		if got := ui.FormatBytes(n); got != want {
+			t.Errorf("ui.FormatBytes(%d) = %q, want %q", n, got, want)
 		}
 	}
 }
