@@ -2,6 +2,7 @@ package rdmacm
 
 import (
 	"context"
+	"fmt"
 	"sync"
 )
 
@@ -10,12 +11,18 @@ type ChannelOptions struct {
 	// Resolver resolves host names given to ResolveAddr; nil means IP
 	// literals only.
 	Resolver Resolver
+	// PSK is the pre-shared key (at least MinPSKLen bytes) that
+	// authenticates the RC connections of the IDs created on the channel
+	// (psk.go, docs/wire-format.md); nil: the device's (SetDevicePSK), if
+	// any. Both ends must use the same key: a peer without it is refused.
+	PSK []byte
 }
 
 // EventChannel delivers the events of its IDs, in order (struct
 // rdma_event_channel). Its methods are safe for concurrent use.
 type EventChannel struct {
 	resolver Resolver
+	psk      *pskKey
 
 	mu     sync.Mutex
 	queue  []*Event
@@ -28,6 +35,11 @@ func CreateEventChannel(opts *ChannelOptions) (*EventChannel, error) {
 	ch := &EventChannel{ready: make(chan struct{}, 1)}
 	if opts != nil {
 		ch.resolver = opts.Resolver
+		k, err := newPSK(opts.PSK)
+		if err != nil {
+			return nil, fmt.Errorf("rdmacm: create event channel: %w", err)
+		}
+		ch.psk = k
 	}
 	return ch, nil
 }

@@ -38,6 +38,9 @@ type EndpointOptions struct {
 	// CQ of Cap.MaxSendWR + Cap.MaxRecvWR entries, made per connection,
 	// serves both. A zero Cap means 64 send and receive WRs of one SGE.
 	QP verbs.QPInitAttr
+	// PSK is the pre-shared key that authenticates the connection setup
+	// (ChannelOptions.PSK); nil: the device's (SetDevicePSK), if any.
+	PSK []byte
 }
 
 // DialOptions configure Dial. A nil *DialOptions is the zero value.
@@ -60,6 +63,9 @@ type ListenOptions struct {
 	// Backlog bounds the requests being answered and the connections
 	// waiting for Accept (≤ 0: 128); more are rejected or dropped.
 	Backlog int
+	// Limits bound the half-open connections per peer address and in
+	// total (limits.go); zero fields take the defaults.
+	Limits Limits
 	// Param chooses Accept's parameters for a CONNECT_REQUEST (req.Param
 	// is what the peer offered; req.PrivateData() its 56 bytes). A
 	// non-nil error rejects the request, with the private data of a
@@ -290,7 +296,7 @@ func Dial(ctx context.Context, vctx *verbs.Context, addr string, opts *DialOptio
 	if opts == nil {
 		opts = &DialOptions{}
 	}
-	ch, err := CreateEventChannel(&ChannelOptions{Resolver: opts.Resolver})
+	ch, err := CreateEventChannel(&ChannelOptions{Resolver: opts.Resolver, PSK: opts.PSK})
 	if err != nil {
 		return nil, err
 	}
@@ -403,14 +409,16 @@ func Listen(vctx *verbs.Context, addr netip.AddrPort, opts *ListenOptions) (*Lis
 		l.opts.Backlog = 128
 	}
 	l.ready = make(chan *Conn, l.opts.Backlog)
-	ch, err := CreateEventChannel(nil)
+	ch, err := CreateEventChannel(&ChannelOptions{PSK: l.opts.PSK})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("rdmacm: listen %v: %w", addr, err)
 	}
 	id, err := ch.CreateID(vctx, PSTCP)
 	if err == nil {
 		if err = id.Bind(addr); err == nil {
-			err = id.Listen(l.opts.Backlog)
+			if err = id.SetLimits(l.opts.Limits); err == nil {
+				err = id.Listen(l.opts.Backlog)
+			}
 		}
 		if err != nil {
 			id.Destroy()

@@ -52,6 +52,11 @@ type dispatcher struct {
 	unmatched  uint64 // messages for no connection
 	duplicates uint64 // copies of a SIDR_REQ being answered, dropped
 	stale      uint64 // REQs rejected with reason 10
+	// Security (psk.go, limits.go): REQs, REPs and RTUs that failed the
+	// key check (replays included), REQs refused by a half-open limit,
+	// half-open connections whose REP retries ran out.
+	authFailures, replays, limitRejects, halfOpenExpired uint64
+	replay                                               replayCache // nonces of authenticated REQs
 }
 
 // qpKey is a peer QP: its QPN and CA GUID.
@@ -251,12 +256,16 @@ func (d *dispatcher) tick(now time.Time) {
 	defer d.mu.Unlock()
 	for _, id := range d.conns {
 		if dl := id.conn.Deadline(); !dl.IsZero() && !now.Before(dl) {
-			id.apply(now, id.conn.Tick(now))
+			r := id.conn.Tick(now)
+			d.vctx.AddCM(verbs.CMRetries, uint64(len(r.Send))) // a timer sends only retransmissions
+			id.apply(now, r)
 		}
 	}
 	for _, id := range d.sidrs {
 		if dl := id.sidr.Deadline(); !dl.IsZero() && !now.Before(dl) {
-			id.applySIDR(now, id.sidr.Tick(now))
+			r := id.sidr.Tick(now)
+			d.vctx.AddCM(verbs.CMRetries, uint64(len(r.Send)))
+			id.applySIDR(now, r)
 		}
 	}
 	for len(d.twQueue) > 0 && !now.Before(d.twQueue[0].expires) {
@@ -392,6 +401,15 @@ func (d *dispatcher) handle(p *verbs.MADPacket) {
 		return
 	}
 	id := d.conns[remote]
+	if id != nil && msg.Attr() == cmwire.AttrRTU && id.psk != nil && !id.conn.Active() && id.conn.State() == fsm.REPSent {
+		// The RTU must prove the key and bind this REQ and REP; a bad one
+		// is dropped (the REP is resent, a genuine RTU still completes).
+		if _, _, ok := id.psk.verify(pskRTU, id.rtuBinding(), msg.Body()); !ok {
+			d.authFailures++
+			d.vctx.AddCM(verbs.CMAuthFailures, 1)
+			return
+		}
+	}
 	if id == nil {
 		d.unmatched++
 		if msg.Attr() == cmwire.AttrDREQ {
@@ -421,12 +439,14 @@ func (d *dispatcher) handleREQ(now time.Time, p *verbs.MADPacket, msg cmwire.Mes
 		id.apply(now, r)
 		return
 	}
-	reject := func(reason cmwire.RejectReason) {
+	rejectPD := func(reason cmwire.RejectReason, pd []byte) {
 		// No state: swap the REQ's ID words (roce-wire.md §6.4).
 		f := cmwire.REJFields{LocalCommID: cmwire.CommID(uint32(req[4])<<24 | uint32(req[5])<<16 | uint32(req[6])<<8 | uint32(req[7])),
 			RemoteCommID: req.LocalCommID(), MessageRejected: cmwire.KindREQ, Reason: reason}
+		copy(f.PrivateData[:], pd)
 		d.send(p.From.Addr(), cmwire.AppendMAD(nil, msg.TransactionID(), f))
 	}
+	reject := func(reason cmwire.RejectReason) { rejectPD(reason, nil) }
 	// A copy of the REQ of a connection destroyed during its timewait.
 	if e, ok := d.timewait[remoteKey{req.LocalCAGUID(), req.LocalCommID()}]; ok {
 		if now.Before(e.expires) {
@@ -438,12 +458,37 @@ func (d *dispatcher) handleREQ(now time.Time, p *verbs.MADPacket, msg cmwire.Mes
 		}
 		delete(d.timewait, remoteKey{req.LocalCAGUID(), req.LocalCommID()})
 	}
+	ps, port, ok := cmwire.SplitServiceID(req.ServiceID())
+	ln := d.listeners[portKey{PortSpace(ps), port}]
+	// The pre-shared key (psk.go): with one, a REQ must carry a valid MAC
+	// before it causes anything, the stale-connection DREQ below
+	// included.
+	var reqMAC [pskMACLen]byte
+	var nonce [pskNonceLen]byte
+	if ok && ln != nil && ln.psk != nil && ln.ps != PSUDP {
+		var valid bool
+		if reqMAC, nonce, valid = ln.psk.verify(pskREQ, nil, req); !valid {
+			d.authFailures++
+			d.vctx.AddCM(verbs.CMAuthFailures, 1)
+			rejectPD(cmwire.RejConsumerDefined, authRejectData(""))
+			return
+		}
+	}
 	// A new REQ from a peer QP that is still connected to us (the peer
 	// restarted, or reused a QPN): REJ 10, and the old connection gets a
 	// DREQ (cm_match_req).
 	if old := d.remoteQP[qpKey{uint32(req.LocalQPN()), req.LocalCAGUID()}]; old != nil {
 		d.stale++
 		reject(cmwire.RejStaleConn)
+		// A connection made with a key is torn down only by a REQ that
+		// proves the same key (whatever port the REQ names).
+		if old.psk != nil {
+			if _, _, valid := old.psk.verify(pskREQ, nil, req); !valid {
+				d.authFailures++
+				d.vctx.AddCM(verbs.CMAuthFailures, 1)
+				return
+			}
+		}
 		if old.conn != nil && old.conn.State() == fsm.Established {
 			if old.qp != nil {
 				old.qp.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.QPAttrState)
@@ -453,8 +498,6 @@ func (d *dispatcher) handleREQ(now time.Time, p *verbs.MADPacket, msg cmwire.Mes
 		}
 		return
 	}
-	ps, port, ok := cmwire.SplitServiceID(req.ServiceID())
-	ln := d.listeners[portKey{PortSpace(ps), port}]
 	if !ok || ln == nil {
 		reject(cmwire.RejInvalidServiceID)
 		return
@@ -464,13 +507,31 @@ func (d *dispatcher) handleREQ(now time.Time, p *verbs.MADPacket, msg cmwire.Mes
 		reject(cmwire.RejConsumerDefined)
 		return
 	}
+	// Half-open limits (limits.go), before the request costs anything;
+	// with a key, only authenticated REQs count against them.
+	peer := p.From.Addr().Unmap()
+	if !ln.halfOpenRoom(peer) {
+		d.limitRejects++
+		d.vctx.AddCM(verbs.CMRejectsLimit, 1)
+		rejectPD(cmwire.RejNoResources, []byte(limitRejectText))
+		return
+	}
 	// rdma_cm validation (roce-wire.md §7.3); failures are REJ 28.
 	hdr, ok := ln.admit(req.ServiceID(), req.PrivateData())
 	if !ok || req.TransportType() != cmwire.TransportRC {
 		reject(cmwire.RejConsumerDefined)
 		return
 	}
-	child := &ID{ch: ln.ch, ps: ln.ps, vctx: d.vctx, d: d, listener: ln, state: stateConnectRequest}
+	// A copy of an authenticated REQ whose connection is gone: a replay
+	// (retransmissions of a live one matched d.remote above).
+	if ln.psk != nil && !d.replay.fresh(now, nonce) {
+		d.authFailures++
+		d.replays++
+		d.vctx.AddCM(verbs.CMAuthFailures, 1)
+		rejectPD(cmwire.RejConsumerDefined, authRejectData("replayed request"))
+		return
+	}
+	child := &ID{ch: ln.ch, ps: ln.ps, vctx: d.vctx, d: d, listener: ln, state: stateConnectRequest, psk: ln.psk, pskREQ: reqMAC}
 	child.peerGID = req.Primary().LocalGID()
 	child.peer = child.peerGID.Addr()
 	child.pathMTU = min(verbs.MTU(req.PathMTU()), d.vctx.ActiveMTU())
@@ -485,11 +546,15 @@ func (d *dispatcher) handleREQ(now time.Time, p *verbs.MADPacket, msg cmwire.Mes
 	d.addRef() // the child holds the dispatcher like any ID
 	ln.pending++
 	child.pendingOn = ln
+	ln.enterHalfOpen(child, peer)
 	ud := make([]byte, cmwire.REQUserDataSize)
 	if hdr != nil {
 		copy(ud, req.UserData())
 	} else {
 		ud = append(ud[:0], req.PrivateData()...)
+	}
+	if ln.psk != nil {
+		stripPSK(ud)
 	}
 	// The trailer ends both the raw private data and the user data.
 	child.segOffer = stripSegTrailer(ud)

@@ -67,6 +67,20 @@
 // gets REJ 10, also when the passive ID was destroyed before its timewait
 // ended.
 //
+// # Security
+//
+// An optional pre-shared key ([ChannelOptions].PSK, [ID.SetPSK],
+// [SetDevicePSK]) authenticates the connection setup: the REQ, REP and RTU
+// (SIDR_REQ and SIDR_REP for UD) carry a 32-byte trailer with a truncated
+// HMAC-SHA256 over the whole message, chained so that each side proves the
+// key and nothing can be replayed into another connection; a failure is
+// REJ 28 "tbrdma: authentication failed" and an error matching
+// [ErrAuthFailed]. Listeners bound the connections not yet established
+// per peer address and in total ([Limits]; REJ 3 beyond), and a REQ's own
+// timeouts are capped so that a half-open connection is freed within
+// about 131 s. docs/wire-format.md and docs/rdmacm.md have the details;
+// the data plane is not authenticated.
+//
 // # Dial and Listen
 //
 // [Dial] and [Listen] / [Listener.Accept] are the Go-shaped layer for RC:

@@ -35,10 +35,30 @@ var (
 type RejectError struct {
 	Reason      RejectReason
 	PrivateData []byte
+	// Auth is set when the pre-shared key check failed (psk.go): the
+	// peer refused our REQ or REP (REJ 28, private data "tbrdma:
+	// authentication failed"), or, with Local, this side refused the
+	// peer's REP. The error then matches ErrAuthFailed.
+	Auth  bool
+	Local bool
 }
 
 func (e *RejectError) Error() string {
+	switch {
+	case e.Auth && e.Local:
+		return "rdmacm: connection refused: the peer's reply does not prove the pre-shared key: " + ErrAuthFailed.Error()
+	case e.Auth:
+		return fmt.Sprintf("rdmacm: connection rejected by the peer (%s, %d): %v", e.Reason, uint16(e.Reason), ErrAuthFailed)
+	}
 	return fmt.Sprintf("rdmacm: connection rejected: %s (%d)", e.Reason, uint16(e.Reason))
+}
+
+// Unwrap returns ErrAuthFailed for a failed key check, nil otherwise.
+func (e *RejectError) Unwrap() error {
+	if e.Auth {
+		return ErrAuthFailed
+	}
+	return nil
 }
 
 // SIDRError is the error of an UNREACHABLE event that a SIDR_REP with a
@@ -47,10 +67,28 @@ func (e *RejectError) Error() string {
 type SIDRError struct {
 	Status      SIDRStatus
 	PrivateData []byte
+	// Auth and Local: as in RejectError (the peer refused our key, or,
+	// with Local, its SIDR_REP does not prove the key); the error then
+	// matches ErrAuthFailed.
+	Auth, Local bool
 }
 
 func (e *SIDRError) Error() string {
+	switch {
+	case e.Auth && e.Local:
+		return "rdmacm: service ID resolution refused: the peer's SIDR_REP does not prove the pre-shared key: " + ErrAuthFailed.Error()
+	case e.Auth:
+		return fmt.Sprintf("rdmacm: service ID resolution refused by the peer (%s, %d): %v", e.Status, uint8(e.Status), ErrAuthFailed)
+	}
 	return fmt.Sprintf("rdmacm: service ID resolution refused: %s (%d)", e.Status, uint8(e.Status))
+}
+
+// Unwrap returns ErrAuthFailed for a failed key check, nil otherwise.
+func (e *SIDRError) Unwrap() error {
+	if e.Auth {
+		return ErrAuthFailed
+	}
+	return nil
 }
 
 // RouteError is the error of a ROUTE_ERROR event.

@@ -49,6 +49,7 @@ type RejectReason uint16
 
 // Reject reasons an application meets.
 const (
+	RejectNoResources      RejectReason = 3  // a limit on pending connection requests (limits.go)
 	RejectTimeout          RejectReason = 4  // the peer gave up (destroyed its ID while connecting)
 	RejectInvalidServiceID RejectReason = 8  // nothing listens on that port
 	RejectStaleConn        RejectReason = 10 // IDs still in use or in timewait at the peer
@@ -135,7 +136,8 @@ func (e *Event) String() string {
 // rdma_conn_param).
 type ConnParam struct {
 	// PrivateData goes in the REQ (at most 56 bytes), REP (196) or REJ
-	// (148).
+	// (148); with a pre-shared key (psk.go) the REQ and REP take 32 bytes
+	// less (24, 164).
 	PrivateData []byte
 	// ResponderResources is how many RDMA READ/atomic requests from the
 	// peer this side serves at once (max_dest_rd_atomic); InitiatorDepth

@@ -6,6 +6,9 @@ import "github.com/tbrdma/tbrdma/verbs"
 type DispatcherState struct {
 	IDs, Conns, Remote, RemoteQP, Timewait, SIDRs, SIDRPending, Ports, Listeners int
 	Stale, Duplicates                                                            uint64
+	// Security (psk.go, limits.go).
+	AuthFailures, Replays, LimitRejects, HalfOpenExpired uint64
+	ReplayCache                                          int
 }
 
 // StateOf returns the dispatcher state of vctx; ok is false when no ID
@@ -21,5 +24,7 @@ func StateOf(vctx *verbs.Context) (s DispatcherState, ok bool) {
 	defer d.mu.Unlock()
 	return DispatcherState{IDs: len(d.ids), Conns: len(d.conns), Remote: len(d.remote), RemoteQP: len(d.remoteQP),
 		Timewait: len(d.timewait), SIDRs: len(d.sidrs), SIDRPending: len(d.sidrPending), Ports: len(d.ports),
-		Listeners: len(d.listeners), Stale: d.stale, Duplicates: d.duplicates}, true
+		Listeners: len(d.listeners), Stale: d.stale, Duplicates: d.duplicates,
+		AuthFailures: d.authFailures, Replays: d.replays, LimitRejects: d.limitRejects, HalfOpenExpired: d.halfOpenExpired,
+		ReplayCache: d.replay.len()}, true
 }

@@ -100,6 +100,16 @@ type ID struct {
 	sreq *sidrRequest
 	// qpKey indexes a live connection by the peer's (QPN, CA GUID).
 	qkey qpKey
+	// Pre-shared key (psk.go): the key, and the MACs of this
+	// connection's REQ and REP, which bind the REP and the RTU.
+	psk            *pskKey
+	pskREQ, pskREP [pskMACLen]byte
+	// Half-open limits (limits.go): a listener's limits and counts; a
+	// passive connection's listener and peer address while counted.
+	limits   Limits
+	half     halfOpen
+	halfOn   *ID
+	halfPeer netip.Addr
 }
 
 // CreateID creates an ID on vctx in port space ps (rdma_create_id). Its
@@ -117,8 +127,12 @@ func (ch *EventChannel) CreateID(vctx *verbs.Context, ps PortSpace) (*ID, error)
 	if closed {
 		return nil, ErrClosed
 	}
+	psk := ch.psk
+	if psk == nil {
+		psk = devicePSKOf(vctx)
+	}
 	d := acquire(vctx)
-	id := &ID{ch: ch, ps: ps, vctx: vctx, d: d, ud: ps == PSUDP}
+	id := &ID{ch: ch, ps: ps, vctx: vctx, d: d, ud: ps == PSUDP, psk: psk}
 	d.mu.Lock()
 	removed := d.removed
 	if !removed {
@@ -440,6 +454,9 @@ func (id *ID) Connect(p *ConnParam) error {
 	if id.state != stateRouteResolved {
 		return fmt.Errorf("rdmacm: connect: %w", ErrInvalidState)
 	}
+	if limit := reqUserLimit(id.psk != nil, p.SegmentSize != 0); len(p.PrivateData) > limit {
+		return fmt.Errorf("rdmacm: connect: %d bytes of private data, at most %d with a pre-shared key (%d with a segment size offer too): %w", len(p.PrivateData), reqUserLimit(true, false), reqUserLimit(true, true), ErrInvalidArgument)
+	}
 	qpn := wire.QPN(p.QPNum)
 	srq := p.SRQ
 	if id.qp != nil {
@@ -486,11 +503,18 @@ func (id *ID) Connect(p *ConnParam) error {
 	if p.SegmentSize != 0 {
 		putSegTrailer(f.PrivateData[:], p.SegmentSize)
 	}
+	if id.psk != nil {
+		reservePSK(f.PrivateData[:], p.SegmentSize != 0, false)
+	}
 	tid := cmwire.KernelTID(d.hiTID, local)
+	mad := cmwire.AppendMAD(nil, tid, f)
+	if id.psk != nil {
+		id.pskREQ = id.psk.sign(pskREQ, nil, mad)
+	}
 	id.conn = fsm.NewActive(local, tid, qpn, fsm.ActiveTiming(cmResponseTimeout, packetLifetime, maxCMRetries))
 	d.conns[local] = id
 	id.state = stateConnect
-	id.apply(time.Now(), id.conn.Connect(time.Now(), cmwire.AppendMAD(nil, tid, f)))
+	id.apply(time.Now(), id.conn.Connect(time.Now(), mad))
 	d.wake()
 	return nil
 }
@@ -533,7 +557,18 @@ func (id *ID) modifyQP(access verbs.AccessFlags, rtr, rts *verbs.QPAttr) error {
 // (roce-wire.md §6.10, §7.9).
 func (id *ID) onREP(now time.Time, msg cmwire.Message) {
 	rep := msg.REP()
+	if id.psk != nil {
+		mac, _, ok := id.psk.verify(pskREP, id.pskREQ[:], rep)
+		if !ok {
+			id.authFailedREP(now)
+			return
+		}
+		id.pskREP = mac
+	}
 	pd := append([]byte(nil), rep.PrivateData()...)
+	if id.psk != nil {
+		stripPSK(pd)
+	}
 	seg := 0
 	if id.param.SegmentSize != 0 { // only an offer is answered: a trailer is ours to read
 		seg = agreeSegment(id.vctx, id.param.SegmentSize, stripSegTrailer(pd))
@@ -559,7 +594,7 @@ func (id *ID) onREP(now time.Time, msg cmwire.Message) {
 		return
 	}
 	id.estParam = param
-	id.apply(now, id.conn.SendRTU(now, nil))
+	id.apply(now, id.conn.SendRTU(now, id.rtuPrivateData()))
 }
 
 // Establish completes a connection whose ID has no QP, after
@@ -571,7 +606,7 @@ func (id *ID) Establish() error {
 	if id.conn == nil || id.conn.State() != fsm.REPRcvd {
 		return fmt.Errorf("rdmacm: establish: %w", ErrInvalidState)
 	}
-	id.apply(time.Now(), id.conn.SendRTU(time.Now(), nil))
+	id.apply(time.Now(), id.conn.SendRTU(time.Now(), id.rtuPrivateData()))
 	return nil
 }
 
@@ -597,10 +632,13 @@ func (id *ID) Accept(p *ConnParam) error {
 	if len(p.PrivateData) > cmwire.REPPrivateDataSize {
 		return fmt.Errorf("rdmacm: accept: %d bytes of private data, at most %d: %w", len(p.PrivateData), cmwire.REPPrivateDataSize, ErrInvalidArgument)
 	}
+	if id.psk != nil && len(p.PrivateData) > cmwire.REPPrivateDataSize-pskTrailerLen {
+		return fmt.Errorf("rdmacm: accept: %d bytes of private data, at most %d with a pre-shared key: %w", len(p.PrivateData), cmwire.REPPrivateDataSize-pskTrailerLen, ErrInvalidArgument)
+	}
 	seg := 0
 	if id.segOffer != 0 && p.SegmentSize != 0 {
-		if len(p.PrivateData) > cmwire.REPPrivateDataSize-segTrailerLen {
-			return fmt.Errorf("rdmacm: accept: %d bytes of private data, at most %d when accepting a segment size: %w", len(p.PrivateData), cmwire.REPPrivateDataSize-segTrailerLen, ErrInvalidArgument)
+		if n := repUserLimit(id.psk != nil, true); len(p.PrivateData) > n {
+			return fmt.Errorf("rdmacm: accept: %d bytes of private data, at most %d when accepting a segment size: %w", len(p.PrivateData), n, ErrInvalidArgument)
 		}
 		seg = agreeSegment(id.vctx, p.SegmentSize, id.segOffer)
 	}
@@ -632,11 +670,18 @@ func (id *ID) Accept(p *ConnParam) error {
 	if seg != 0 {
 		putSegTrailer(f.PrivateData[:], seg)
 	}
+	if id.psk != nil {
+		reservePSK(f.PrivateData[:], seg != 0, false)
+	}
+	mad := cmwire.AppendMAD(nil, id.conn.TID, f)
+	if id.psk != nil {
+		id.pskREP = id.psk.sign(pskREP, id.pskREQ[:], mad)
+	}
 	id.segAgreed = seg
 	id.conn.LocalQPN = qpn
 	id.unpend()
 	id.state = stateConnect
-	id.apply(time.Now(), id.conn.Accept(time.Now(), cmwire.AppendMAD(nil, id.conn.TID, f)))
+	id.apply(time.Now(), id.conn.Accept(time.Now(), mad))
 	d.wake()
 	return nil
 }
@@ -716,6 +761,7 @@ func (id *ID) Destroy() error {
 	id.destroySIDR()
 	delete(d.ids, id)
 	id.unpend()
+	id.leaveHalfOpen()
 	if id.bound && d.ports[portKey{id.ps, id.local.Port()}] == id {
 		delete(d.ports, portKey{id.ps, id.local.Port()})
 	}
@@ -764,14 +810,20 @@ func (id *ID) apply(now time.Time, r fsm.Result) {
 		pd := append([]byte(nil), rej.PrivateData()...)
 		reason := RejectReason(rej.Reason())
 		id.ch.post(&Event{Type: EventRejected, ID: id, Status: int(reason), Param: ConnParam{PrivateData: pd},
-			Err: &RejectError{Reason: reason, PrivateData: pd}})
+			Err: &RejectError{Reason: reason, PrivateData: pd, Auth: isAuthReject(reason, pd)}})
 	case fsm.EvUnreachable:
+		if !id.conn.Active() {
+			// The REP's retries ran out: a half-open connection.
+			d.halfOpenExpired++
+			d.vctx.AddCM(verbs.CMHalfOpenExpired, 1)
+		}
 		id.ch.post(&Event{Type: EventUnreachable, ID: id, Status: etimedout, Err: &TimeoutError{Op: "connect"}})
 	case fsm.EvDisconnected:
 		id.ch.post(&Event{Type: EventDisconnected, ID: id})
 	case fsm.EvTimewaitExit:
 		id.ch.post(&Event{Type: EventTimewaitExit, ID: id})
 	}
+	id.settleHalfOpen()
 	switch id.conn.State() {
 	case fsm.Closed:
 		id.unpend()

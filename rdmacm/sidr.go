@@ -1,6 +1,7 @@
 package rdmacm
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
 	"time"
@@ -91,17 +92,27 @@ func (id *ID) connectSIDR(p *ConnParam) error {
 	if id.state != stateRouteResolved {
 		return fmt.Errorf("rdmacm: connect: %w", ErrInvalidState)
 	}
+	if id.psk != nil && len(pdata) > sidrReqUserDataSize-pskTrailerLen {
+		return fmt.Errorf("rdmacm: connect: %d bytes of private data, at most %d on a UD ID with a pre-shared key: %w", len(pdata), sidrReqUserDataSize-pskTrailerLen, ErrInvalidArgument)
+	}
 	local := d.newCommID()
 	f := cmwire.SIDRREQFields{RequestID: local, PKey: wire.PKeyDefault,
 		ServiceID: cmwire.ServiceID(cmwire.PortSpace(id.ps), id.remote.Port())}
 	hdr := cmwire.NewCMAHeader(id.local.Port(), id.local.Addr(), id.remote.Addr()).Append(f.PrivateData[:0])
 	copy(f.PrivateData[len(hdr):], pdata)
+	if id.psk != nil {
+		reservePSK(f.PrivateData[:], false, false)
+	}
 	tid := cmwire.KernelTID(d.hiTID, local)
+	mad := cmwire.AppendMAD(nil, tid, f)
+	if id.psk != nil {
+		id.pskREQ = id.psk.sign(pskSIDRREQ, nil, mad)
+	}
 	id.sidr = fsm.NewSIDR(local, tid, fsm.SIDRTiming(cmResponseTimeout, maxCMRetries))
 	d.sidrs[local] = id
 	id.state = stateConnect
 	now := time.Now()
-	id.applySIDR(now, id.sidr.Send(now, cmwire.AppendMAD(nil, tid, f)))
+	id.applySIDR(now, id.sidr.Send(now, mad))
 	d.wake()
 	return nil
 }
@@ -128,9 +139,23 @@ func (id *ID) applySIDR(now time.Time, r fsm.Result) {
 // UDPQKey → ADDR_ERROR -EINVAL; otherwise ESTABLISHED with the UD info.
 func (id *ID) onSIDRREP(rep cmwire.SIDRREP) {
 	pd := append([]byte(nil), rep.PrivateData()...)
-	if st := SIDRStatus(rep.Status()); st != SIDRSuccess {
+	st := SIDRStatus(rep.Status())
+	if id.psk != nil {
+		// Refusals are not authenticated (as REJs are not): an unsigned
+		// one is reported as it is. A success must prove the key.
+		if _, _, ok := id.psk.verify(pskSIDRREP, id.pskREQ[:], rep); ok {
+			stripPSK(pd)
+		} else if st == SIDRSuccess {
+			id.d.authFailures++
+			id.d.vctx.AddCM(verbs.CMAuthFailures, 1)
+			id.ch.post(&Event{Type: EventUnreachable, ID: id, Status: int(SIDRReject), Param: ConnParam{PrivateData: pd},
+				Err: &SIDRError{Status: SIDRReject, PrivateData: pd, Auth: true, Local: true}})
+			return
+		}
+	}
+	if st != SIDRSuccess {
 		id.ch.post(&Event{Type: EventUnreachable, ID: id, Status: int(st), Param: ConnParam{PrivateData: pd},
-			Err: &SIDRError{Status: st, PrivateData: pd}})
+			Err: &SIDRError{Status: st, PrivateData: pd, Auth: st == SIDRReject && bytes.HasPrefix(pd, []byte(authFailedText))}})
 		return
 	}
 	if verbs.QKey(rep.QKey()) != UDPQKey {
@@ -157,6 +182,9 @@ func (id *ID) acceptSIDR(p *ConnParam) error {
 	if len(pdata) > cmwire.SIDRREPPrivateDataSize {
 		return fmt.Errorf("rdmacm: accept: %d bytes of private data, at most %d on a UD ID: %w", len(pdata), cmwire.SIDRREPPrivateDataSize, ErrInvalidArgument)
 	}
+	if id.psk != nil && len(pdata) > cmwire.SIDRREPPrivateDataSize-pskTrailerLen {
+		return fmt.Errorf("rdmacm: accept: %d bytes of private data, at most %d on a UD ID with a pre-shared key: %w", len(pdata), cmwire.SIDRREPPrivateDataSize-pskTrailerLen, ErrInvalidArgument)
+	}
 	d := id.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -179,6 +207,9 @@ func (id *ID) rejectSIDR(pdata []byte) error {
 	if len(pdata) > cmwire.SIDRREPPrivateDataSize {
 		return fmt.Errorf("rdmacm: reject: %d bytes of private data, at most %d on a UD ID: %w", len(pdata), cmwire.SIDRREPPrivateDataSize, ErrInvalidArgument)
 	}
+	if id.psk != nil && len(pdata) > cmwire.SIDRREPPrivateDataSize-pskTrailerLen {
+		return fmt.Errorf("rdmacm: reject: %d bytes of private data, at most %d on a UD ID with a pre-shared key: %w", len(pdata), cmwire.SIDRREPPrivateDataSize-pskTrailerLen, ErrInvalidArgument)
+	}
 	d := id.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -197,12 +228,20 @@ func (id *ID) replySIDR(st cmwire.SIDRStatus, qpn wire.QPN, qkey verbs.QKey, pda
 	d, r := id.d, id.sreq
 	f := cmwire.SIDRREPFields{RequestID: r.requestID, Status: st, QPN: qpn, ServiceID: r.serviceID, QKey: wire.QKey(qkey)}
 	copy(f.PrivateData[:], pdata)
-	d.send(id.peer, cmwire.AppendMAD(nil, r.tid, f))
+	if id.psk != nil {
+		reservePSK(f.PrivateData[:], false, false)
+	}
+	mad := cmwire.AppendMAD(nil, r.tid, f)
+	if id.psk != nil {
+		id.psk.sign(pskSIDRREP, id.pskREQ[:], mad)
+	}
+	d.send(id.peer, mad)
 	if d.sidrPending[r.key] == id {
 		delete(d.sidrPending, r.key)
 	}
 	id.sreq = nil
 	id.unpend()
+	id.leaveHalfOpen()
 }
 
 // destroySIDR is Destroy's part for UD IDs (cm_destroy_id): an
@@ -231,10 +270,12 @@ func (d *dispatcher) handleSIDRREQ(p *verbs.MADPacket, msg cmwire.Message) {
 		d.duplicates++
 		return
 	}
-	reply := func(st cmwire.SIDRStatus) {
+	replyPD := func(st cmwire.SIDRStatus, pd []byte) {
 		f := cmwire.SIDRREPFields{RequestID: req.RequestID(), Status: st, ServiceID: req.ServiceID()}
+		copy(f.PrivateData[:], pd)
 		d.send(p.From.Addr(), cmwire.AppendMAD(nil, msg.TransactionID(), f))
 	}
+	reply := func(st cmwire.SIDRStatus) { replyPD(st, nil) }
 	ps, port, ok := cmwire.SplitServiceID(req.ServiceID())
 	ln := d.listeners[portKey{PortSpace(ps), port}]
 	if !ok || ln == nil {
@@ -247,12 +288,32 @@ func (d *dispatcher) handleSIDRREQ(p *verbs.MADPacket, msg cmwire.Message) {
 		reply(cmwire.SIDRReject)
 		return
 	}
+	peer := p.From.Addr().Unmap()
+	if !ln.halfOpenRoom(peer) {
+		d.limitRejects++
+		d.vctx.AddCM(verbs.CMRejectsLimit, 1)
+		replyPD(cmwire.SIDRReject, []byte(limitRejectText))
+		return
+	}
+	// The pre-shared key (psk.go). SIDR keeps no connection, so there is
+	// no replay cache: a copy only makes another SIDR_REP, whose MAC
+	// binds the copy's nonce.
+	var reqMAC [pskMACLen]byte
+	if ln.psk != nil {
+		var valid bool
+		if reqMAC, _, valid = ln.psk.verify(pskSIDRREQ, nil, req); !valid {
+			d.authFailures++
+			d.vctx.AddCM(verbs.CMAuthFailures, 1)
+			replyPD(cmwire.SIDRReject, authRejectData(""))
+			return
+		}
+	}
 	hdr, ok := ln.admit(req.ServiceID(), req.PrivateData())
 	if !ok {
 		reply(cmwire.SIDRReject)
 		return
 	}
-	child := &ID{ch: ln.ch, ps: ln.ps, vctx: d.vctx, d: d, listener: ln, state: stateConnectRequest, ud: true}
+	child := &ID{ch: ln.ch, ps: ln.ps, vctx: d.vctx, d: d, listener: ln, state: stateConnectRequest, ud: true, psk: ln.psk, pskREQ: reqMAC}
 	child.peer = p.From.Addr().Unmap()
 	child.peerGID = wire.GIDFromAddr(child.peer)
 	child.pathMTU = min(verbs.MTU4096, d.vctx.ActiveMTU())
@@ -263,11 +324,15 @@ func (d *dispatcher) handleSIDRREQ(p *verbs.MADPacket, msg cmwire.Message) {
 	d.addRef()
 	ln.pending++
 	child.pendingOn = ln
+	ln.enterHalfOpen(child, peer)
 	ud := make([]byte, sidrReqUserDataSize)
 	if hdr != nil {
 		copy(ud, req.UserData())
 	} else {
 		ud = append(ud[:0], req.PrivateData()...)
+	}
+	if ln.psk != nil {
+		stripPSK(ud)
 	}
 	ln.ch.post(&Event{Type: EventConnectRequest, ID: child, Listen: ln, Param: ConnParam{PrivateData: ud},
 		UD: &UDParam{QKey: UDPQKey, AH: child.ahAttr()}})

@@ -135,6 +135,30 @@ type Counters struct {
 
 	// Drops counts the received packets dropped without effect, by reason.
 	Drops [NumDropReasons]uint64
+
+	// CM counts the connection manager's events (package rdmacm), by kind.
+	CM [NumCMCounters]uint64
+}
+
+// CMCounter names a connection-manager counter, moved by package rdmacm
+// through Context.AddCM.
+type CMCounter uint8
+
+const (
+	CMRetries         CMCounter = iota // CM MADs resent by a timer (REQ, REP, DREQ, SIDR_REQ)
+	CMRejectsLimit                     // requests refused by a per-peer or total limit on pending connections
+	CMAuthFailures                     // requests, replies and RTUs that failed the pre-shared key check
+	CMHalfOpenExpired                  // passive connections dropped because the RTU never came
+	NumCMCounters
+)
+
+var cmNames = [NumCMCounters]string{"cm_retries", "cm_rejects_limit", "cm_auth_failures", "cm_half_open_expired"}
+
+// AddCM adds n to the CM counter k.
+func (c *Context) AddCM(k CMCounter, n uint64) {
+	if k < NumCMCounters {
+		c.ctr.cm[k].Add(n)
+	}
 }
 
 // TotalDrops sums Drops.
@@ -173,6 +197,9 @@ func (c *Counters) Fields() []CounterField {
 	for r := range NumDropReasons {
 		f = append(f, CounterField{"drop_" + r.String(), c.Drops[r]})
 	}
+	for k := range NumCMCounters {
+		f = append(f, CounterField{cmNames[k], c.CM[k]})
+	}
 	return f
 }
 
@@ -190,6 +217,7 @@ type counters struct {
 	rnrNAKsSent      atomic.Uint64
 	naksSent         [NumNAKKinds]atomic.Uint64
 	drops            [NumDropReasons]atomic.Uint64
+	cm               [NumCMCounters]atomic.Uint64
 	packetsHandled   atomic.Uint64 // packets the receive loop handed to handle
 	packetsQueuedOut atomic.Uint64 // packets flush handed to the transport
 }
@@ -214,6 +242,9 @@ func (c *Context) Counters() Counters {
 	}
 	for i := range s.Drops {
 		s.Drops[i] = k.drops[i].Load()
+	}
+	for i := range s.CM {
+		s.CM[i] = k.cm[i].Load()
 	}
 	ts := c.conn.Stats()
 	s.PacketsIn, s.PacketsOut, s.BytesIn, s.BytesOut = ts.PacketsIn, ts.PacketsOut, ts.BytesIn, ts.BytesOut

@@ -122,14 +122,25 @@ func ActiveTiming(remoteCMResponse, packetLifetime cmwire.Timeout, maxRetries ui
 
 // PassiveTiming returns the kernel's timers for answering req: REP
 // interval = conv(REQ local CM response timeout), REQ max CM retries,
-// timewait = conv(REQ local ACK timeout).
+// timewait = conv(REQ local ACK timeout). Unlike the kernel, the two
+// timeouts the peer chooses are capped (MaxPassiveCMResponseTimeout,
+// MaxPassiveTimeWaitTimeout), so that a hostile REQ cannot keep a
+// half-open connection for hours: at most 16 × 8.192 s ≈ 131 s of REP
+// retries, 16.4 s of timewait. Stock rdma_cm peers (20, about 19) are
+// below the caps.
 func PassiveTiming(req cmwire.REQ) Timing {
 	return Timing{
-		Interval:   req.LocalCMResponseTimeout().KernelDuration(),
+		Interval:   min(req.LocalCMResponseTimeout(), MaxPassiveCMResponseTimeout).KernelDuration(),
 		MaxRetries: int(req.MaxCMRetries()),
-		TimeWait:   req.Primary().LocalACKTimeout().KernelDuration(),
+		TimeWait:   min(req.Primary().LocalACKTimeout(), MaxPassiveTimeWaitTimeout).KernelDuration(),
 	}
 }
+
+// Caps of PassiveTiming.
+const (
+	MaxPassiveCMResponseTimeout cmwire.Timeout = 21 // conv: 8.192 s
+	MaxPassiveTimeWaitTimeout   cmwire.Timeout = 22 // conv: 16.384 s
+)
 
 // MRAServiceTimeout is the service timeout rdma_cm puts in the MRA it sends
 // for a REQ the application has not answered yet (CMA_CM_MRA_SETTING).

@@ -1,0 +1,83 @@
+package cli
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestLoadPSK: the key file's content less a trailing newline; empty,
+// short, missing and group- or world-accessible files are refused with
+// usage errors that say what to do.
+func TestLoadPSK(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	key, err := loadPSK(write("good", "0123456789abcdef0123\n", 0o600))
+	if err != nil || string(key) != "0123456789abcdef0123" {
+		t.Fatalf("good key: %q, %v", key, err)
+	}
+	if key, err := loadPSK(write("crlf", "0123456789abcdef\r\n", 0o400)); err != nil || string(key) != "0123456789abcdef" {
+		t.Fatalf("key with CRLF: %q, %v", key, err)
+	}
+	if key, err := loadPSK(""); key != nil || err != nil {
+		t.Fatalf("no file: %q, %v", key, err)
+	}
+	bad := map[string]struct {
+		path string
+		want string
+	}{
+		"empty":          {write("empty", "", 0o600), "at least 16"},
+		"newline only":   {write("newline", "\n", 0o600), "at least 16"},
+		"short":          {write("short", "fifteen bytes!!\n", 0o600), "at least 16"},
+		"missing":        {filepath.Join(dir, "missing"), "chmod 600"},
+		"directory":      {dir, "not a regular file"},
+		"world-readable": {write("open", "0123456789abcdef0123", 0o644), "chmod 600"},
+		"group-readable": {write("group", "0123456789abcdef0123", 0o640), "chmod 600"},
+	}
+	for name, tc := range bad {
+		_, err := loadPSK(tc.path)
+		var fe *FlagError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s key file: %v, want a usage error saying %q", name, err, tc.want)
+		}
+	}
+}
+
+// TestPSKFlag: --psk-file with a short key fails before the command runs
+// (exit 2, the error names the file); TBRDMA_PSK_FILE is read when the
+// flag is absent; a good key lets the command run.
+func TestPSKFlag(t *testing.T) {
+	dir := t.TempDir()
+	short, good := filepath.Join(dir, "short"), filepath.Join(dir, "good")
+	if err := os.WriteFile(short, []byte("short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(good, []byte("0123456789abcdef0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, _, errOut := testFactory()
+	if code := run(t.Context(), f, []string{"--psk-file", short, "version"}); code != ExitUsage || !strings.Contains(errOut.String(), "--psk-file "+short) {
+		t.Fatalf("exit %d, stderr %q", code, errOut.String())
+	}
+	t.Setenv(pskEnv, short)
+	f, _, errOut = testFactory()
+	if code := run(t.Context(), f, []string{"version"}); code != ExitUsage || !strings.Contains(errOut.String(), "at least 16") {
+		t.Fatalf("from %s: exit %d, stderr %q", pskEnv, code, errOut.String())
+	}
+	t.Setenv(pskEnv, good)
+	f, _, errOut = testFactory()
+	if code := run(t.Context(), f, []string{"version"}); code != ExitOK || errOut.Len() != 0 {
+		t.Fatalf("good key from %s: exit %d, stderr %q", pskEnv, code, errOut.String())
+	}
+}
