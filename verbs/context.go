@@ -81,6 +81,10 @@ type Context struct {
 	// spinners counts goroutines spinning on this context's results
 	// (Spinning).
 	spinners atomic.Int32
+	// woke is set by a CQ that wakes a completion-channel waiter (CQ.push):
+	// the receive loop then lets that goroutine run before its own flush
+	// and next receive call (see recvLoop).
+	woke atomic.Bool
 	// gathers: the endpoint sends Message.Payload from where it lies, so
 	// payloads of at least zeroCopyMin bytes are not copied into packets.
 	gathers bool
@@ -451,6 +455,14 @@ func (c *Context) queuePayload(hdr, payload []byte, dst netip.AddrPort) {
 	c.outMu.Unlock()
 }
 
+// nothingQueued reports whether no packet waits for flush.
+func (c *Context) nothingQueued() bool {
+	c.outMu.Lock()
+	n := len(c.out)
+	c.outMu.Unlock()
+	return n == 0
+}
+
 // flush sends every queued packet.
 func (c *Context) flush() {
 	c.flushMu.Lock()
@@ -512,11 +524,19 @@ func (c *Context) recvLoop() {
 		for i := 0; i < k; i++ {
 			c.handle(&msgs[i], &pkt, &lk, now)
 		}
-		if c.spinners.Load() > 0 {
-			// A goroutine spins on what this batch delivered: let it run
-			// first. If it posts (write-lat answers a WRITE with a WRITE),
-			// its flush carries the ACKs queued here in the same system
-			// call, one send instead of two on the round trip's path.
+		if c.spinners.Load() > 0 || c.woke.Load() && c.woke.Swap(false) && c.nothingQueued() {
+			// A goroutine spins on what this batch delivered, or sleeps
+			// on a completion channel this batch signalled while the batch
+			// left nothing to send (a READ response or an ACK ends a
+			// round trip): let it run first, rather than after this loop's
+			// flush and its next (usually empty) recvmmsg. If it posts
+			// (write-lat answers a WRITE with a WRITE; read-lat posts the
+			// next READ), its flush carries what was queued here in the
+			// same system call, one send instead of two on the round
+			// trip's path. When the batch queued packets (a stream's
+			// next window), they leave first rather than wait behind
+			// the woken goroutine (docs/performance.md, issue 9's second
+			// pass).
 			runtime.Gosched()
 		}
 		c.flush()

@@ -139,6 +139,7 @@ func (cq *CQ) push(wc *WC, solicited bool) {
 	if notify {
 		select {
 		case cq.channel.events <- cq:
+			cq.ctx.woke.Store(true)
 		default:
 		}
 	}

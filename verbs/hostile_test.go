@@ -57,6 +57,12 @@ type hostileEnv struct {
 }
 
 func newHostileEnv(t *testing.T, typ verbs.QPType, pmtu verbs.MTU) *hostileEnv {
+	return newHostileEnvRecv(t, typ, pmtu, 64)
+}
+
+// newHostileEnvRecv is newHostileEnv with a first posted receive of
+// recvLen bytes at the start of the read-write MR.
+func newHostileEnvRecv(t *testing.T, typ verbs.QPType, pmtu verbs.MTU, recvLen int) *hostileEnv {
 	e := &hostileEnv{net: transporttest.NewNetwork(77)}
 	e.peer = e.net.Attach(peerAddr)
 	e.stranger = e.net.Attach(strangerAddr)
@@ -103,7 +109,7 @@ func newHostileEnv(t *testing.T, typ verbs.QPType, pmtu verbs.MTU) *hostileEnv {
 			PathMTU: pmtu, DestQPN: peerQPN, RQPSN: victimPSN, MaxDestRdAtomic: 4, MinRNRTimer: 1}, mask))
 	}
 	// Posted receives let a SEND be accepted where a test needs it.
-	qp.PostRecv(verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{e.rw.SGE(0, 64)}})
+	qp.PostRecv(verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{e.rw.SGE(0, recvLen)}})
 	for _, ep := range []*transporttest.Endpoint{e.peer, e.stranger} {
 		go func() {
 			msgs := make([]transport.Message, 8)

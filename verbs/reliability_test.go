@@ -27,6 +27,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/tbrdma/tbrdma/internal/docsection"
 	"github.com/tbrdma/tbrdma/transport"
 	"github.com/tbrdma/tbrdma/transport/transporttest"
 	"github.com/tbrdma/tbrdma/verbs"
@@ -535,20 +536,7 @@ func reliabilityTable(rows []relResult) string {
 // "<!-- BEGIN name -->" and "<!-- END name -->" in path.
 func writeReliabilityDoc(t *testing.T, path, table, name string) {
 	t.Helper()
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read %s: %v", path, err)
-	}
-	begin, end := "<!-- BEGIN "+name+" -->", "<!-- END "+name+" -->"
-	i, j := bytes.Index(doc, []byte(begin)), bytes.Index(doc, []byte(end))
-	if i < 0 || j < i {
-		t.Fatalf("%s lacks the markers %q and %q", path, begin, end)
-	}
-	out := append([]byte(nil), doc[:i+len(begin)]...)
-	out = append(out, '\n')
-	out = append(out, table...)
-	out = append(out, doc[j:]...)
-	if err := os.WriteFile(path, out, 0o644); err != nil {
+	if err := docsection.ReplaceNamed(path, name, table); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("rewrote %s (%s)", path, name)

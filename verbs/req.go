@@ -21,7 +21,24 @@ const (
 	// maxPktsPerAck forces AckReq on one packet in this many (rxe:
 	// RXE_MAX_PKT_PER_ACK).
 	maxPktsPerAck = 64
+	// maxUnackedBytes bounds the payload the requester has in flight when
+	// its packets are large (the large-segment extension): 128 packets of
+	// 61440 bytes are 7.5 MiB, more than a tbrdma peer's socket receive
+	// buffer holds (transport.DefaultSocketBuffer: 4 MiB asked, 8 MiB
+	// granted) once the kernel's per-datagram overhead is counted. A
+	// receiver that falls behind then drops datagrams (UDP RcvbufErrors),
+	// and every drop costs a NAK and a go-back-N resend of up to the whole
+	// window. 6 MiB (102 packets of 61440 bytes) leaves that overhead room;
+	// see docs/performance.md. With the standard 4096-byte path the PSN
+	// bound (512 KiB) is the smaller one and applies, as in rxe.
+	maxUnackedBytes = 6 << 20
 )
+
+// unackedLimit is how many PSNs the requester may run ahead of the oldest
+// unacknowledged one: maxUnackedPSNs, fewer for large segments.
+func (qp *QP) unackedLimit() int32 {
+	return int32(min(maxUnackedPSNs, max(16, maxUnackedBytes/max(qp.pmtu, 1))))
+}
 
 type requester struct {
 	psn       PSN // next PSN to send
@@ -95,7 +112,7 @@ func (qp *QP) pump(now time.Time) {
 			continue
 		}
 		// RC
-		if qp.req.psn.Diff(qp.req.compPSN) >= maxUnackedPSNs {
+		if qp.req.psn.Diff(qp.req.compPSN) >= qp.unackedLimit() {
 			return
 		}
 		if w.sent == 0 && w.npkts == 0 {

@@ -532,10 +532,15 @@ func (qp *QP) respondUC(pkt *wire.Packet, now time.Time) {
 			return
 		}
 		imm := pkt.ImmDt != nil
-		if imm && !qp.popRecv(&r.recv) {
-			c.ctr.drop(DropNoRecv)
-			qp.abortUC()
-			return
+		// A WQE kept from an aborted SEND is the next one in line: it
+		// takes the immediate data (popping another would lose it).
+		if imm && !r.inRecv {
+			if !qp.popRecv(&r.recv) {
+				c.ctr.drop(DropNoRecv)
+				qp.abortUC()
+				return
+			}
+			r.inRecv = true
 		}
 		if n > 0 {
 			c.mrs.RLock()
@@ -556,6 +561,7 @@ func (qp *QP) respondUC(pkt *wire.Packet, now time.Time) {
 			c.ctr.executed.Add(1)
 			r.cur = respNone
 			if imm {
+				r.inRecv = false
 				wc := WC{Status: WCSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(r.wLen), SrcQP: qp.attr.DestQPN,
 					Flags: WCFlagWithImm, ImmData: pkt.ImmDt.Imm()}
 				qp.completeRecv(&r.recv, &wc, pkt.BTH.SE())
