@@ -264,6 +264,10 @@ func (d *Device) lookupAddr(a netip.Addr) (netip.Addr, bool) {
 // context made by [NewContext].
 func (c *Context) Device() *Device { return c.dev }
 
+// Done returns a channel that is closed when the context is closed, for
+// those that watch a context they do not own (tbrdma's counter publisher).
+func (c *Context) Done() <-chan struct{} { return c.done }
+
 // --- attributes ---------------------------------------------------------------
 
 // Identity and advisory limits of a soft device. The limits tbrdma does not

@@ -36,6 +36,9 @@ type catOptions struct {
 	Port    int
 	Bind    string
 	Timeout float64 // seconds
+	// AnyInterface lets a receiver without --bind listen on interfaces
+	// that are not Thunderbolt (iface.go).
+	AnyInterface bool
 
 	bind    netip.Addr
 	timeout time.Duration
@@ -47,7 +50,8 @@ type catOptions struct {
 }
 
 func newCmdCat(f *Factory, runF func(*catOptions) error) *cobra.Command {
-	opts := &catOptions{IO: f.IO, Now: f.Now, Resolve: resolveHost, Source: routeSource, Addrs: interfaceAddrs}
+	opts := &catOptions{IO: f.IO, Now: f.Now, Resolve: resolveHost, Source: routeSource}
+	opts.Addrs = servingAddrsFunc(&opts.AnyInterface)
 	cmd := &cobra.Command{
 		Use:   "cat [flags] [peer]",
 		Short: "Stream stdin to a peer over RDMA, or receive one stream to stdout",
@@ -70,8 +74,9 @@ message saying what differed or failed — 2 for bad usage, 130 if
 interrupted. Standard output carries nothing but the data; messages go to
 standard error, and progress (bytes, rate) too when it is a terminal.
 
-Without --bind a receiver listens on every up, non-loopback IPv4 address
-(each a device with UDP 4791), a sender uses the kernel's source address
+Without --bind a receiver listens on every up IPv4 address of the
+Thunderbolt interfaces (each a device with UDP 4791; --any-interface: of
+every non-loopback interface), a sender uses the kernel's source address
 for the peer. -W bounds the connection's setup: each step of the sender's,
 and the receiver's wait from a connection request to the established
 connection; a receiver waits for its sender without limit.`, catDefaultPort, catSlots, catSlotSize>>20),
@@ -95,8 +100,9 @@ connection; a receiver waits for its sender without limit.`, catDefaultPort, cat
 	}
 	fl := cmd.Flags()
 	fl.IntVarP(&opts.Port, "port", "p", catDefaultPort, "rdma_cm `port` to listen on, or of the peer")
-	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` for RoCE (default: receiver every address, sender the kernel's source address for the peer)")
+	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` for RoCE (default: receiver every Thunderbolt address, sender the kernel's source address for the peer)")
 	fl.Float64VarP(&opts.Timeout, "timeout", "W", 10, "wait at most `seconds` for the connection's setup")
+	addAnyInterfaceFlag(fl, &opts.AnyInterface)
 	return cmd
 }
 
@@ -406,7 +412,7 @@ func catReceive(ctx context.Context, o *catOptions, c *catConn, evs *catEvents) 
 				if gone || ctx.Err() != nil {
 					break
 				}
-				return fmt.Errorf("cat: transfer failed after %d bytes: %w%s", total, err, catFailHint(err, "sender"))
+				return fmt.Errorf("cat: transfer failed after %d bytes: %w%s", total, err, catFailHint(err, peerLabel("sender", c.qp)))
 			}
 			switch wc.Opcode {
 			case verbs.WCSend:
@@ -733,10 +739,10 @@ func catSend(ctx context.Context, o *catOptions, c *catConn, ring catRing, evs *
 					return fmt.Errorf("cat: the receiver disconnected after %d bytes without confirming", total)
 				}
 				if wc.WRID == catWRIDProbe {
-					return fmt.Errorf("cat: the receiver stopped answering after %d bytes: it returned no credit and did not acknowledge a probe (%v); it was stopped or killed, or the link went down; the stream is incomplete: start it again",
-						total, wc.Status)
+					return fmt.Errorf("cat: the %s stopped answering after %d bytes: it returned no credit and did not acknowledge a probe (%v); it was stopped or killed, or the link went down; the stream is incomplete: start it again",
+						peerLabel("receiver", c.qp), total, wc.Status)
 				}
-				return fmt.Errorf("cat: transfer failed after %d bytes: %w%s", total, err, catFailHint(err, "receiver"))
+				return fmt.Errorf("cat: transfer failed after %d bytes: %w%s", total, err, catFailHint(err, peerLabel("receiver", c.qp)))
 			}
 			switch wc.Opcode {
 			case verbs.WCRDMAWrite:

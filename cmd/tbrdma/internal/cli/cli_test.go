@@ -3,13 +3,17 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -254,5 +258,19 @@ func TestPingpongServerWithoutBind(t *testing.T) {
 	})
 	if want := "GID ::ffff:" + sa.String() + "\n"; !strings.Contains(sout.String(), "local address:  LID 0x0000, QPN 0x000011, PSN") || !strings.Contains(sout.String(), want) {
 		t.Errorf("server output lacks its local address %s:\n%s", sa, sout)
+	}
+}
+
+func TestExchangeTimeoutHint(t *testing.T) {
+	peer := &net.TCPAddr{IP: net.ParseIP("198.18.10.2"), Port: 18515}
+	timedOut := fmt.Errorf("version exchange: %w", &net.OpError{Op: "read", Net: "tcp", Addr: peer, Err: os.NewSyscallError("read", syscall.ETIMEDOUT)})
+	if h := exchangeTimeoutHint(timedOut); !strings.Contains(h, "peer 198.18.10.2 stopped answering") {
+		t.Errorf("timed-out exchange: hint %q", h)
+	}
+	reset := fmt.Errorf("version exchange: %w", &net.OpError{Op: "read", Net: "tcp", Addr: peer, Err: os.NewSyscallError("read", syscall.ECONNRESET)})
+	for _, err := range []error{reset, errors.New("connection timed out"), syscall.ETIMEDOUT} {
+		if h := exchangeTimeoutHint(err); h != "" {
+			t.Errorf("%v: hint %q, want none", err, h)
+		}
 	}
 }

@@ -2,11 +2,14 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"strconv"
+	"syscall"
+	"time"
 
 	"github.com/tbrdma/tbrdma/verbs"
 )
@@ -28,6 +31,32 @@ func parseBind(bind, device string) (netip.Addr, error) {
 	return netip.Addr{}, nil
 }
 
+// exchangeKeepAlive bounds how long a TCP exchange waits on a peer that
+// went away without closing (cable pulled, machine asleep, namespace
+// deleted): after 5 s without traffic the kernel probes the peer every 2 s
+// and fails the connection after 3 unanswered probes, about 11 s in all.
+// Without it a side blocked reading waits for ever, as the stock tools do.
+// A live peer answers the probes however long it takes to reply.
+var exchangeKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 3}
+
+// exchangeStallBound is how long after a peer goes silent exchangeKeepAlive
+// fails the connection.
+const exchangeStallBound = 5*time.Second + 3*2*time.Second
+
+// exchangeTimeoutHint explains a TCP exchange that exchangeKeepAlive
+// ended: "" for any other error.
+func exchangeTimeoutHint(err error) string {
+	var op *net.OpError
+	if !errors.As(err, &op) || !errors.Is(err, syscall.ETIMEDOUT) || op.Addr == nil {
+		return ""
+	}
+	peer := op.Addr.String()
+	if a, ok := op.Addr.(*net.TCPAddr); ok {
+		peer = a.IP.String()
+	}
+	return fmt.Sprintf(" (peer %s stopped answering: no reply to TCP keepalive probes for %v; it was stopped or asleep, or the link went down: check that it runs and that the link is up, then start again)", peer, exchangeStallBound)
+}
+
 // listenOne listens on bind:port (all addresses when bind is not set),
 // accepts one connection and closes the listener, as the stock tools do.
 // ready, if not nil, is called once the listener is up.
@@ -36,7 +65,7 @@ func listenOne(ctx context.Context, bind netip.Addr, port int, ready func(net.Ad
 	if bind.IsValid() {
 		host = bind.String()
 	}
-	var lc net.ListenConfig
+	lc := net.ListenConfig{KeepAliveConfig: exchangeKeepAlive}
 	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
 		return nil, fmt.Errorf("couldn't listen to port %d: %w", port, err)
@@ -61,7 +90,7 @@ func listenOne(ctx context.Context, bind netip.Addr, port int, ready func(net.Ad
 // address or a name, resolved as resolveHost does (so a name "tbrdma peers"
 // lists works).
 func dial(ctx context.Context, peer string, bind netip.Addr, port int) (net.Conn, error) {
-	var d net.Dialer
+	d := net.Dialer{KeepAliveConfig: exchangeKeepAlive}
 	if bind.IsValid() {
 		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(bind, 0))
 	}

@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"charm.land/lipgloss/v2"
 	"github.com/spf13/cobra"
@@ -20,16 +22,17 @@ type devicesOptions struct {
 	IO     *ui.IO
 	List   func(*verbs.DeviceListOptions) ([]*verbs.Device, error)
 	Kernel func() []string // kernel RDMA devices (/sys/class/infiniband)
-	// Counters opens a device for -v and --json and returns the counters
-	// of that context (see deviceCounters).
-	Counters func(*verbs.Device) (verbs.Counters, error)
-	Verbose  bool
-	All      bool
-	JSON     bool
+	// Live reads the counter files of the tbrdma processes that have a
+	// device open (livecounters.go), for -v and --json.
+	Live    func() ([]liveFile, error)
+	Verbose bool
+	All     bool
+	JSON    bool
 }
 
 func newCmdDevices(f *Factory, runF func(*devicesOptions) error) *cobra.Command {
-	opts := &devicesOptions{IO: f.IO, List: verbs.Devices, Kernel: kernelRDMADevices, Counters: deviceCounters}
+	opts := &devicesOptions{IO: f.IO, List: verbs.Devices, Kernel: kernelRDMADevices,
+		Live: func() ([]liveFile, error) { return readLive(liveDir(), time.Now()) }}
 	cmd := &cobra.Command{
 		Use:   "devices [-v] [--all] [--json]",
 		Short: "List the soft RDMA devices, one per network interface (like ibv_devices / ibv_devinfo)",
@@ -38,11 +41,13 @@ address), Thunderbolt links first. Each shows its netdev, port state, active
 and maximum IB MTU (the largest IB MTU that fits the link MTU less 80 header
 bytes, as rdma_rxe computes it) and node GUID; -v prints an ibv_devinfo -v
 style block per device with the attributes, limits and the GID table.
--v and --json also open each active device and show the counters of that
-context (packets, drops by reason, retransmits, timeouts, NAKs and RNR NAKs
-sent and received, MADs): a one-shot command shows its own context's
-counters, so they are mostly 0; "unavailable" says why a device could not be
-opened (a serve already bound to UDP 4791 on it, for instance).
+-v and --json also show each device's live counters (packets, drops by
+reason, retransmits, timeouts, NAKs and RNR NAKs sent and received, MADs):
+those of every running tbrdma process that has the device open (serve, a
+test, cat …), summed, with how many processes and their PIDs. Each such
+process publishes them about every second in $XDG_RUNTIME_DIR/tbrdma (else
+$TMPDIR/tbrdma-UID), one file per process, removed when it exits; a device no
+process has open shows none.
 Kernel RDMA devices (/sys/class/infiniband, e.g. an rdma_rxe "rxe0") are listed
 too, marked as such: tbrdma does not use them, but it cannot share UDP port
 4791 on their addresses.`,
@@ -67,15 +72,20 @@ func runDevices(o *devicesOptions) error {
 		return fmt.Errorf("list devices: %w", err)
 	}
 	kernel := o.Kernel()
+	var files []liveFile
+	var liveErr error
+	if (o.JSON || o.Verbose) && o.Live != nil {
+		files, liveErr = o.Live()
+	}
 	if o.JSON {
-		return devicesJSON(o.IO.Out, devs, kernel, o.Counters)
+		return devicesJSON(o.IO.Out, devs, kernel, files, liveErr)
 	}
 	if len(devs) == 0 && len(kernel) == 0 {
 		return fmt.Errorf("no devices: no network interface is up with an address (try --all, or bring up the Thunderbolt link: see docs/tutorial.md)")
 	}
 	if o.Verbose {
 		for _, d := range devs {
-			writeDevinfo(o.IO.Out, d, o.Counters)
+			writeDevinfo(o.IO.Out, d, files, liveErr)
 		}
 		for _, k := range kernel {
 			fmt.Fprintf(o.IO.Out, "hca_id:\t%s\t(kernel RDMA device; see ibv_devinfo -d %s)\n\n", k, k)
@@ -133,28 +143,11 @@ func shortState(s verbs.PortState) string {
 	return strings.TrimPrefix(s.String(), "PORT_")
 }
 
-// deviceCounters opens d, takes the counter snapshot of that fresh context
-// and closes it. A one-shot command thus shows the counters of its own
-// context (packets, drops by reason, retransmits, NAKs …), not those of
-// another process such as a running serve; the error says why a device
-// could not be opened (down, no address, UDP port 4791 taken).
-func deviceCounters(d *verbs.Device) (verbs.Counters, error) {
-	if d.PortState != verbs.PortActive || len(d.GIDs) == 0 {
-		return verbs.Counters{}, fmt.Errorf("port %s", shortState(d.PortState))
-	}
-	ctx, err := d.Open(nil)
-	if err != nil {
-		return verbs.Counters{}, err
-	}
-	c := ctx.Counters()
-	ctx.Close()
-	return c, nil
-}
-
 // writeDevinfo prints one device the way ibv_devinfo -v does (labels and
 // tabs), so that the two can be compared line by line, followed by the
-// counters of a context this process opens on it.
-func writeDevinfo(w io.Writer, d *verbs.Device, counters func(*verbs.Device) (verbs.Counters, error)) {
+// live counters of the processes that have it open (files; liveErr says
+// why they could not be read).
+func writeDevinfo(w io.Writer, d *verbs.Device, files []liveFile, liveErr error) {
 	a := d.QueryDevice()
 	p, _ := d.QueryPort(1)
 	fmt.Fprintf(w, "hca_id:\t%s\n", d.Name)
@@ -212,15 +205,27 @@ func writeDevinfo(w io.Writer, d *verbs.Device, counters func(*verbs.Device) (ve
 	for _, g := range d.GIDs {
 		fmt.Fprintf(w, "\t\t\tGID[%3d]:\t\t%v, %v\n", g.Index, g.GID, g.Type)
 	}
-	if counters != nil {
-		c, err := counters(d)
-		if err != nil {
-			fmt.Fprintf(w, "\tcounters:\t\t\tunavailable: %v\n", err)
-		} else {
-			fmt.Fprintf(w, "\tcounters (this process's context):\n")
-			for _, f := range c.Fields() {
-				fmt.Fprintf(w, "\t\t%-24s%d\n", f.Name+":", f.Value)
+	dl := liveFor(d, files)
+	switch {
+	case liveErr != nil:
+		fmt.Fprintf(w, "\tcounters:\t\t\tunavailable: %v\n", liveErr)
+	case len(dl.Procs) == 0:
+		fmt.Fprintf(w, "\tcounters:\t\t\tnone (no tbrdma process has the device open)\n")
+	default:
+		procs := make([]string, len(dl.Procs))
+		for i, p := range dl.Procs {
+			procs[i] = strconv.Itoa(p.PID)
+			if p.Command != "" {
+				procs[i] += " (" + p.Command + ")"
 			}
+		}
+		noun := "processes"
+		if len(procs) == 1 {
+			noun = "process"
+		}
+		fmt.Fprintf(w, "\tcounters (live, %d %s: PID %s):\n", len(procs), noun, strings.Join(procs, ", "))
+		for _, f := range (&verbs.Counters{}).Fields() {
+			fmt.Fprintf(w, "\t\t%-24s%d\n", f.Name+":", dl.Counters[f.Name])
 		}
 	}
 	fmt.Fprintln(w)
@@ -257,10 +262,14 @@ type deviceJSON struct {
 	MaxMTUBytes    int       `json:"max_mtu_bytes,omitempty"`
 	LinkSpeedBps   uint64    `json:"link_speed_bps,omitempty"`
 	GIDs           []gidJSON `json:"gids,omitempty"`
-	// Counters of a context this process opened on the device (names as
-	// verbs.Counters.Fields), or why it could not open one.
+	// Counters are the live counters of the device (names as
+	// verbs.Counters.Fields), summed over the Processes tbrdma processes
+	// (PIDs) that have it open; absent when none has. CountersError says
+	// why they could not be read.
 	Counters      map[string]uint64 `json:"counters,omitempty"`
 	CountersError string            `json:"counters_error,omitempty"`
+	Processes     *int              `json:"processes,omitempty"`
+	PIDs          []int             `json:"pids,omitempty"`
 }
 
 type gidJSON struct {
@@ -270,7 +279,7 @@ type gidJSON struct {
 	Addr  string `json:"addr"`
 }
 
-func devicesJSON(w io.Writer, devs []*verbs.Device, kernel []string, counters func(*verbs.Device) (verbs.Counters, error)) error {
+func devicesJSON(w io.Writer, devs []*verbs.Device, kernel []string, files []liveFile, liveErr error) error {
 	enc := json.NewEncoder(w)
 	for _, d := range devs {
 		row := deviceJSON{SchemaVersion: 1, Name: d.Name, Kind: "tbrdma", Netdev: d.Netdev, Thunderbolt: d.Thunderbolt,
@@ -279,13 +288,19 @@ func devicesJSON(w io.Writer, devs []*verbs.Device, kernel []string, counters fu
 		for _, g := range d.GIDs {
 			row.GIDs = append(row.GIDs, gidJSON{Index: g.Index, GID: g.GID.String(), Type: g.Type.String(), Addr: g.Addr.String()})
 		}
-		if counters != nil {
-			if c, err := counters(d); err != nil {
-				row.CountersError = err.Error()
-			} else {
+		if liveErr != nil {
+			row.CountersError = liveErr.Error()
+		} else {
+			dl := liveFor(d, files)
+			n := len(dl.Procs)
+			row.Processes = &n
+			for _, p := range dl.Procs {
+				row.PIDs = append(row.PIDs, p.PID)
+			}
+			if n > 0 {
 				row.Counters = make(map[string]uint64)
-				for _, f := range c.Fields() {
-					row.Counters[f.Name] = f.Value
+				for _, f := range (&verbs.Counters{}).Fields() {
+					row.Counters[f.Name] = dl.Counters[f.Name]
 				}
 			}
 		}

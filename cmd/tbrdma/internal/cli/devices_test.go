@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -81,33 +82,37 @@ func TestDevicesJSON(t *testing.T) {
 	}
 }
 
-// fakeCounters is the counter snapshot of the fake device's context.
-func fakeCounters(d *verbs.Device) (verbs.Counters, error) {
-	if d.Name != "tb_thunderbolt0" {
-		return verbs.Counters{}, errors.New("port DOWN")
-	}
-	c := verbs.Counters{PacketsIn: 12, Retransmits: 3}
-	c.NAKsSent[verbs.NAKRemAccess] = 2
-	c.Drops[verbs.DropICRC] = 5
-	return c, nil
+// fakeLive is what two tbrdma processes publish: serve with a context on
+// the fake device, write-bw with one opened on its address alone, and a
+// third process on another device.
+func fakeLive() ([]liveFile, error) {
+	serve := verbs.Counters{PacketsIn: 12, Retransmits: 3}
+	serve.NAKsSent[verbs.NAKRemAccess] = 2
+	serve.Drops[verbs.DropICRC] = 5
+	return []liveFile{
+		{SchemaVersion: 1, PID: 100, Command: "serve", Contexts: []liveContext{{Device: "tb_thunderbolt0", Addr: "198.18.0.1", Counters: counterMap(serve)}}},
+		{SchemaVersion: 1, PID: 200, Command: "write-bw", Contexts: []liveContext{{Addr: "198.18.0.1", Counters: counterMap(verbs.Counters{PacketsIn: 30})}}},
+		{SchemaVersion: 1, PID: 300, Command: "cat", Contexts: []liveContext{{Device: "tb_eth1", Addr: "198.19.0.1", Counters: counterMap(verbs.Counters{PacketsIn: 1000})}}},
+	}, nil
 }
 
-// TestDevicesCounters: -v and --json show the counters of the context the
-// command opened, or why there is none.
+// TestDevicesCounters: -v and --json show each device's live counters
+// summed over the processes that have it open, which ones, or why there
+// are none.
 func TestDevicesCounters(t *testing.T) {
 	f, out, _ := testFactory()
-	o := &devicesOptions{IO: f.IO, List: fakeDevices, Kernel: func() []string { return nil }, Counters: fakeCounters, Verbose: true}
+	o := &devicesOptions{IO: f.IO, List: fakeDevices, Kernel: func() []string { return nil }, Live: fakeLive, Verbose: true}
 	if err := runDevices(o); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"\tcounters (this process's context):\n", "\t\tpackets_in:             12\n",
+	for _, w := range []string{"\tcounters (live, 2 processes: PID 100 (serve), 200 (write-bw)):\n", "\t\tpackets_in:             42\n",
 		"\t\tretransmits:            3\n", "\t\tnaks_sent_rem_access:   2\n", "\t\tdrop_icrc:              5\n"} {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("-v output lacks %q:\n%s", w, out)
 		}
 	}
 	f, out, _ = testFactory()
-	o = &devicesOptions{IO: f.IO, List: fakeDevices, Kernel: func() []string { return nil }, Counters: fakeCounters, JSON: true}
+	o = &devicesOptions{IO: f.IO, List: fakeDevices, Kernel: func() []string { return nil }, Live: fakeLive, JSON: true}
 	if err := runDevices(o); err != nil {
 		t.Fatal(err)
 	}
@@ -115,17 +120,42 @@ func TestDevicesCounters(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &row); err != nil {
 		t.Fatal(err)
 	}
-	if row.Counters["packets_in"] != 12 || row.Counters["drop_icrc"] != 5 || row.Counters["naks_sent_rem_access"] != 2 ||
-		row.CountersError != "" || len(row.Counters) != len((&verbs.Counters{}).Fields()) {
-		t.Errorf("JSON counters %v (error %q)", row.Counters, row.CountersError)
+	if row.Counters["packets_in"] != 42 || row.Counters["drop_icrc"] != 5 || row.Counters["naks_sent_rem_access"] != 2 ||
+		row.CountersError != "" || len(row.Counters) != len((&verbs.Counters{}).Fields()) ||
+		row.Processes == nil || *row.Processes != 2 || !slices.Equal(row.PIDs, []int{100, 200}) {
+		t.Errorf("JSON counters %v processes %v pids %v (error %q)", row.Counters, row.Processes, row.PIDs, row.CountersError)
 	}
+
+	// No process: none, and no counters in JSON.
+	none := func() ([]liveFile, error) { return nil, nil }
 	f, out, _ = testFactory()
-	o = &devicesOptions{IO: f.IO, List: fakeDevices, Kernel: func() []string { return nil }, Verbose: true,
-		Counters: func(*verbs.Device) (verbs.Counters, error) { return verbs.Counters{}, errors.New("UDP 4791 in use") }}
+	o = &devicesOptions{IO: f.IO, List: fakeDevices, Kernel: func() []string { return nil }, Live: none, Verbose: true}
 	if err := runDevices(o); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "\tcounters:\t\t\tunavailable: UDP 4791 in use\n") {
+	if !strings.Contains(out.String(), "\tcounters:\t\t\tnone (no tbrdma process has the device open)\n") {
+		t.Errorf("-v output without processes:\n%s", out)
+	}
+	f, out, _ = testFactory()
+	o = &devicesOptions{IO: f.IO, List: fakeDevices, Kernel: func() []string { return nil }, Live: none, JSON: true}
+	if err := runDevices(o); err != nil {
+		t.Fatal(err)
+	}
+	row = deviceJSON{}
+	if err := json.Unmarshal(out.Bytes(), &row); err != nil {
+		t.Fatal(err)
+	}
+	if row.Counters != nil || row.Processes == nil || *row.Processes != 0 || row.PIDs != nil {
+		t.Errorf("JSON without processes: %s", out)
+	}
+
+	f, out, _ = testFactory()
+	o = &devicesOptions{IO: f.IO, List: fakeDevices, Kernel: func() []string { return nil }, Verbose: true,
+		Live: func() ([]liveFile, error) { return nil, errors.New("permission denied") }}
+	if err := runDevices(o); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "\tcounters:\t\t\tunavailable: permission denied\n") {
 		t.Errorf("-v output lacks the reason counters are unavailable:\n%s", out)
 	}
 }

@@ -27,7 +27,12 @@ type Factory struct {
 func NewFactory() *Factory {
 	f := &Factory{IO: ui.System(), Now: time.Now}
 	f.OpenDevice = func(addr netip.Addr) (*verbs.Context, error) {
-		return openDevice(addr, f.Logger)
+		ctx, err := openDevice(addr, f.Logger)
+		if err == nil {
+			// For "tbrdma devices -v" (livecounters.go).
+			publishCounters(ctx, liveCommand())
+		}
+		return ctx, err
 	}
 	return f
 }

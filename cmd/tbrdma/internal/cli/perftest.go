@@ -85,8 +85,11 @@ type perftestOptions struct {
 	Trace string
 
 	// Addrs lists the local addresses a -R server without --bind listens
-	// on (interfaceAddrs).
+	// on (servingAddrs: the Thunderbolt ones, or with AnyInterface all).
 	Addrs func() ([]netip.Addr, error)
+	// AnyInterface lets a server without --bind answer on interfaces that
+	// are not Thunderbolt (iface.go).
+	AnyInterface bool
 
 	bind netip.Addr
 	// served, set by "tbrdma serve" (serve_oob.go): the client's
@@ -100,7 +103,8 @@ type perftestOptions struct {
 }
 
 func newCmdPerftest(f *Factory, k *perftestKind, runF func(*perftestOptions) error) *cobra.Command {
-	opts := &perftestOptions{IO: f.IO, Now: f.Now, Kind: k, Addrs: interfaceAddrs}
+	opts := &perftestOptions{IO: f.IO, Now: f.Now, Kind: k}
+	opts.Addrs = servingAddrsFunc(&opts.AnyInterface)
 	cmd := &cobra.Command{
 		Use:   k.name + " [flags] [peer]",
 		Short: fmt.Sprintf("%s, compatible with perftest's %s", testTitle(k), k.stock),
@@ -111,12 +115,15 @@ may be a stock %s on a Linux rdma_rxe (or RoCE) host. tbrdma
 announces itself as perftest %s in the exchange, the version Debian 12 ships.
 
 The local RoCE address is --bind (or -d given an IP address), else the address
-of our end of the TCP connection.
+of our end of the TCP connection. A server without --bind answers only a
+client that reaches it on a Thunderbolt interface (or loopback), refusing
+others with a line on stderr; --any-interface answers any interface.
 
 -R (--rdma_cm) does as perftest -R: no TCP at all; the server listens with
 rdma_cm on -p (port space RDMA_PS_TCP), a first connection carries the
 exchange in SENDs, a second one is the test's QP. Without --bind a -R server
-listens on every up, non-loopback IPv4 address; a client uses the source
+listens on every up IPv4 address of the Thunderbolt interfaces (with
+--any-interface: of every non-loopback interface); a client uses the source
 address the kernel routes to the peer from.`, k.stock, k.stock, perf.Version),
 		Example: fmt.Sprintf(`  %s -d rxe0 -x 1 -F                     # stock server on 198.18.0.2
   tbrdma %s 198.18.0.2                       # tbrdma client`, k.stock, k.name),
@@ -157,6 +164,7 @@ address the kernel routes to the peer from.`, k.stock, k.stock, perf.Version),
 	_ = fl.MarkHidden("cpuprofile")
 	fl.StringVar(&opts.Trace, "trace", "", "write an execution trace of the run to `file` (go tool trace)")
 	_ = fl.MarkHidden("trace")
+	addAnyInterfaceFlag(fl, &opts.AnyInterface)
 	fl.IntVar(&opts.SegmentSize, "segment-size", 0, "segment `bytes` to offer with --large-segments: a multiple of 4096 from 8192 to 61440 (default the largest the link MTU allows)")
 	if k.bw {
 		fl.IntVarP(&opts.TxDepth, "tx-depth", "t", 128, "size of the send queue")
@@ -423,7 +431,7 @@ func (t *perftest) run(ctx context.Context) error {
 		case o.served != nil:
 			conn = o.served.conn
 		case server:
-			conn, err = listenOne(ctx, o.bind, o.Port, o.Listening)
+			conn, err = listenOneAllowed(ctx, o.Kind.name, o.bind, o.AnyInterface, o.Port, o.Listening, o.IO.ErrOut)
 		default:
 			conn, err = dial(ctx, o.Peer, o.bind, o.Port)
 		}
@@ -467,6 +475,9 @@ func (t *perftest) run(ctx context.Context) error {
 			comm.OfferSegment = offer
 		}
 		if _, err := comm.ExchangeVersions(); err != nil {
+			if !server {
+				err = explainClosed(err)
+			}
 			return err
 		}
 		if err := t.agreeSegment(offer, comm.PeerSegment); err != nil {
@@ -826,7 +837,7 @@ func (t *perftest) runLat(ctx context.Context, rem perf.Dest, size int) (perf.La
 		if wc.Status != verbs.WCSuccess {
 			fmt.Fprintf(o.IO.ErrOut, " Completion with error at client\n Failed status %d: wr_id %d syndrom 0x%x\n scnt=%d, ccnt=%d\n",
 				wc.Status, wc.WRID, wc.VendorErr, i+1, i)
-			fmt.Fprintf(o.IO.ErrOut, "tbrdma: %s failed: %v\n", wr.Opcode, wc.Status)
+			fmt.Fprintf(o.IO.ErrOut, "tbrdma: %s failed: %v%s\n", wr.Opcode, wc.Status, peerGone(t.qp, wc.Status))
 			return perf.LatStats{}, errSilent
 		}
 		if o.Kind.verb != perf.VerbAtomic {
@@ -903,7 +914,7 @@ func (t *perftest) runBW(ctx context.Context, rem perf.Dest, size int) (perf.BWR
 				prog.Clear()
 				fmt.Fprintf(o.IO.ErrOut, " Completion with error at client\n Failed status %d: wr_id %d syndrom 0x%x\n scnt=%d, ccnt=%d\n",
 					wc.Status, wc.WRID, wc.VendorErr, scnt, ccnt)
-				fmt.Fprintf(o.IO.ErrOut, "tbrdma: %v failed: %v\n", op, wc.Status)
+				fmt.Fprintf(o.IO.ErrOut, "tbrdma: %v failed: %v%s\n", op, wc.Status, peerGone(t.qp, wc.Status))
 				return perf.BWReport{}, errSilent
 			}
 			for ; ccnt <= int(wc.WRID); ccnt++ {

@@ -65,7 +65,7 @@ func (t *perftest) pollSend(ctx context.Context, done func() bool) error {
 			if wc.Status != verbs.WCSuccess {
 				fmt.Fprintf(o.IO.ErrOut, " Completion with error at %s\n Failed status %d: wr_id %d syndrom 0x%x\n scnt=%d, rcnt=%d\n",
 					o.side(), wc.Status, wc.WRID, wc.VendorErr, t.sent, t.rs.done)
-				fmt.Fprintf(o.IO.ErrOut, "tbrdma: %v failed: %v\n", wc.Opcode, wc.Status)
+				fmt.Fprintf(o.IO.ErrOut, "tbrdma: %v failed: %v%s\n", wc.Opcode, wc.Status, peerGone(t.qp, wc.Status))
 				return errSilent
 			}
 			if wc.Opcode != verbs.WCRecv {
@@ -159,19 +159,23 @@ func (t *perftest) runSendLat(ctx context.Context, size int) (perf.LatStats, err
 	posted := make([]time.Time, n)
 	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{t.mr.SGE(0, size)}}
 	t.sent = 0
+	ctx, seen, stop := watchSilence(ctx, peerSilence)
+	defer stop()
 	for scnt, rcnt := 0, 0; scnt < n || rcnt < n; {
 		if rcnt < n && !(scnt == 0 && client) {
 			rcnt++
 			if err := t.pollSend(ctx, func() bool { return t.rs.done >= rcnt }); err != nil {
-				return perf.LatStats{}, err
+				return perf.LatStats{}, silentPeer(ctx, o.IO.ErrOut, o.Kind.name, t.qp, err)
 			}
+			seen.Add(1)
 		}
 		if scnt < n {
 			// One SEND in flight (tx depth 1): the previous one's ACK has
 			// nearly always arrived before the peer's answer.
 			if err := t.pollSend(ctx, func() bool { return t.sent == scnt }); err != nil {
-				return perf.LatStats{}, err
+				return perf.LatStats{}, silentPeer(ctx, o.IO.ErrOut, o.Kind.name, t.qp, err)
 			}
+			seen.Add(1)
 			posted[scnt] = o.Now()
 			if _, err := t.qp.PostSend(wr); err != nil {
 				return perf.LatStats{}, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
@@ -256,12 +260,15 @@ func (t *perftest) writeLat(ctx context.Context, rem perf.Dest, size int) (perf.
 	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: []verbs.SGE{t.mr.SGE(0, size)},
 		RemoteAddr: rem.VAddr, RKey: verbs.RKey(rem.RKey)}
 	poll := t.half + size - 1
+	ctx, seen, stop := watchSilence(ctx, peerSilence)
+	defer stop()
 	for scnt, rcnt := 0, 0; scnt < n || rcnt < n; {
 		if rcnt < n && !(scnt == 0 && server) {
 			rcnt++
 			if err := t.waitByte(ctx, poll, byte(rcnt)); err != nil {
-				return perf.LatStats{}, err
+				return perf.LatStats{}, silentPeer(ctx, o.IO.ErrOut, o.Kind.name, t.qp, err)
 			}
+			seen.Add(1)
 		}
 		if scnt < n {
 			posted[scnt] = o.Now()
@@ -277,7 +284,7 @@ func (t *perftest) writeLat(ctx context.Context, rem perf.Dest, size int) (perf.
 			if wc := &wcs[0]; wc.Status != verbs.WCSuccess {
 				fmt.Fprintf(o.IO.ErrOut, " Completion with error at %s\n Failed status %d: wr_id %d syndrom 0x%x\n scnt=%d, rcnt=%d\n",
 					o.side(), wc.Status, wc.WRID, wc.VendorErr, scnt, rcnt)
-				fmt.Fprintf(o.IO.ErrOut, "tbrdma: RDMA_WRITE failed: %v\n", wc.Status)
+				fmt.Fprintf(o.IO.ErrOut, "tbrdma: RDMA_WRITE failed: %v%s\n", wc.Status, peerGone(t.qp, wc.Status))
 				t.printCounters()
 				return perf.LatStats{}, errSilent
 			}

@@ -329,6 +329,9 @@ func connectError(peer netip.AddrPort, local netip.Addr, err error) error {
 		return fmt.Errorf("ping: connect to %v: %w", peer, err)
 	}
 	where := fmt.Sprintf("%v port %d", peer.Addr(), peer.Port())
+	if errors.Is(err, rdmacm.ErrAuthFailed) {
+		return fmt.Errorf("%s: %w", where, ce.Event.Err)
+	}
 	if r, ok := ce.RejectReason(); ok {
 		if r == rdmacm.RejectInvalidServiceID {
 			return fmt.Errorf("no rdma_cm listener on %s (rejected: %v) — is `rping -s` or `tbrdma serve` running there?", where, r)

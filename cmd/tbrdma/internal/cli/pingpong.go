@@ -42,6 +42,9 @@ type pingpongOptions struct {
 	UD      bool // ibv_ud_pingpong's UD SEND ping-pong instead of RC
 	Bind    string
 	Timeout time.Duration
+	// AnyInterface lets a server without --bind answer a client that
+	// reaches it on an interface that is not Thunderbolt (iface.go).
+	AnyInterface bool
 
 	bind netip.Addr
 	mtu  verbs.MTU
@@ -66,7 +69,9 @@ waits for one client; with a peer it is the client.
 The local RoCE address (UDP 4791 and the GID) is --bind when given, else the
 address of our end of the TCP connection: the one the peer reached, for a
 server, or the one the kernel routes to the peer from, for a client. A server
-without --bind listens for TCP on every address.
+without --bind listens for TCP on every address but answers only a client
+that reaches it on a Thunderbolt interface (or loopback); it refuses others
+with a line on stderr and waits on. --any-interface answers any interface.
 
 -d takes an IP address as --bind does; a device name (rxe0) is accepted and
 ignored. -g is accepted for compatibility: tbrdma has one GID, the address.
@@ -116,6 +121,7 @@ the 40 bytes the device reserves for the GRH.`,
 	fl.BoolVar(&opts.UD, "ud", false, "UD datagrams, as ibv_ud_pingpong (Q_Key 0x11111111, one packet per message)")
 	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` for RoCE (UDP 4791) and the TCP exchange")
 	fl.DurationVar(&opts.Timeout, "timeout", 0, "give up after this long (0: never)")
+	addAnyInterfaceFlag(fl, &opts.AnyInterface)
 	return cmd
 }
 
@@ -209,7 +215,7 @@ func pingpongRun(ctx context.Context, o *pingpongOptions) error {
 	var conn net.Conn
 	var err error
 	if server {
-		conn, err = listenOne(ctx, o.bind, o.Port, o.Listening)
+		conn, err = listenOneAllowed(ctx, "pingpong", o.bind, o.AnyInterface, o.Port, o.Listening, o.IO.ErrOut)
 	} else {
 		conn, err = dial(ctx, o.Peer, o.bind, o.Port)
 	}
@@ -233,6 +239,7 @@ func pingpongRun(ctx context.Context, o *pingpongOptions) error {
 		// The hint is for "tbrdma serve" (serve_oob.go), after "done",
 		// which a stock server never reads.
 		rem, err = perf.PingpongClientExchangeHint(conn, pp.my, o.hint())
+		err = explainClosed(err)
 		if err == nil {
 			err = pp.connect(rem)
 		}
@@ -412,15 +419,21 @@ func (pp *pingpong) loop(ctx context.Context, client bool) error {
 	}
 	start := o.Now()
 	rcnt, scnt := 0, 0
+	ctx, seen, stop := watchSilence(ctx, peerSilence)
+	defer stop()
 	for rcnt < o.Iters || scnt < o.Iters {
 		wcs, err := pp.w.Wait(ctx)
 		if err != nil {
-			return err
+			return silentPeer(ctx, o.IO.ErrOut, "pingpong", pp.qp, err)
 		}
+		seen.Add(1)
 		for i := range wcs {
 			wc := &wcs[i]
 			if wc.Status != verbs.WCSuccess {
 				fmt.Fprintf(o.IO.ErrOut, "Failed status %s (%d) for wr_id %d\n", wc.Status, wc.Status, wc.WRID)
+				if hint := peerGone(pp.qp, wc.Status); hint != "" {
+					fmt.Fprintf(o.IO.ErrOut, "tbrdma: pingpong: %v%s\n", wc.Status, hint)
+				}
 				return errSilent
 			}
 			switch wc.WRID {

@@ -56,6 +56,7 @@ func Main() int {
 // run executes args and returns the exit code.
 func run(ctx context.Context, f *Factory, args []string) int {
 	root := newRootCmd(f)
+	defer live.flush() // remove this process's counter file if its devices are closed (livecounters.go)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
@@ -80,13 +81,14 @@ func run(ctx context.Context, f *Factory, args []string) int {
 		fmt.Fprintln(f.IO.ErrOut, "tbrdma: interrupted")
 	case errors.Is(err, errSilent):
 	default:
-		fmt.Fprintf(f.IO.ErrOut, "tbrdma: %v\n", err)
+		fmt.Fprintf(f.IO.ErrOut, "tbrdma: %v%s\n", err, exchangeTimeoutHint(err))
 	}
 	return code
 }
 
 func newRootCmd(f *Factory) *cobra.Command {
 	var debug, noColor bool
+	var pskFile string
 	root := &cobra.Command{
 		Use:   "tbrdma <command> [flags]",
 		Short: "RDMA over a Thunderbolt (or any IP) link, in user space",
@@ -96,19 +98,31 @@ peer: "tbrdma pingpong" with ibv_rc_pingpong, "tbrdma read-lat" with
 ib_read_lat, and so on.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRun: func(*cobra.Command, []string) {
+		PersistentPreRunE: func(*cobra.Command, []string) error {
 			if noColor {
 				f.IO.SetNoColor(true)
 			}
 			if debug {
 				f.Logger = slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			}
+			if pskFile == "" {
+				pskFile = os.Getenv(pskEnv)
+			}
+			key, err := loadPSK(pskFile)
+			if err != nil {
+				return err
+			}
+			if key != nil {
+				withPSK(f, key)
+			}
+			return nil
 		},
 	}
 	root.SetOut(f.IO.Out)
 	root.SetErr(f.IO.ErrOut)
 	root.SetIn(f.IO.In)
 	root.PersistentFlags().BoolVar(&debug, "debug", false, "log the RDMA engine's debug messages to stderr")
+	root.PersistentFlags().StringVar(&pskFile, "psk-file", "", "authenticate rdma_cm connection setup (ping, udaddy, perftest -R, cat) with the pre-shared key in `FILE` (at least 16 bytes, the same on both ends; default $"+pskEnv+")")
 	root.PersistentFlags().BoolVar(&noColor, "no-color", false, "no color or styles in human output (as NO_COLOR=1; output that is not a terminal is never styled)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &FlagError{Err: err} })
 	root.CompletionOptions.HiddenDefaultCmd = true

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,12 +45,16 @@ type serveOptions struct {
 	// advertise on (default: the Thunderbolt ones).
 	NoAdvertise bool
 	Ifaces      []string
+	// AnyInterface serves, without --bind, on every up non-loopback IPv4
+	// address, not only the Thunderbolt ones (iface.go).
+	AnyInterface bool
 
 	bind netip.Addr
 }
 
 func newCmdServe(f *Factory, runF func(*serveOptions) error) *cobra.Command {
-	opts := &serveOptions{IO: f.IO, Now: f.Now, Addrs: interfaceAddrs, Advertise: advertiseMDNS, Devices: verbs.Devices}
+	opts := &serveOptions{IO: f.IO, Now: f.Now, Advertise: advertiseMDNS, Devices: verbs.Devices}
+	opts.Addrs = servingAddrsFunc(&opts.AnyInterface)
 	cmd := &cobra.Command{
 		Use:   "serve [flags]",
 		Short: "Advertise this machine and answer ping, pingpong and the perftest family",
@@ -72,9 +77,14 @@ bytes, 1000 iterations, MTU 1024). "pingpong --ud" and -R (rdma_cm)
 perftest clients are not hosted. A line per client on stderr says what runs
 and how it ended; a failed client never stops serve.
 
-Without --bind tbrdma serves on every up, non-loopback IPv4 address of this
-machine (each is a device with UDP 4791; addresses whose UDP 4791 is taken,
-by rdma_rxe for one, are skipped with a warning).
+Without --bind tbrdma serves on the IPv4 addresses of this machine's
+Thunderbolt interfaces only (each is a device with UDP 4791; addresses whose
+UDP 4791 is taken, by rdma_rxe for one, are skipped with a warning): a
+laptop's LAN and Wi-Fi get no answer. The TCP port for hosted tests then
+listens on every address and refuses, with a line on stderr, a client that
+did not reach a served address. With no Thunderbolt link up serve says so and
+exits 1: bring the link up (docs/tutorial.md), or give --bind ADDRESS, or
+--any-interface to serve on every up, non-loopback IPv4 address.
 
 SIGINT or SIGTERM is the normal way to stop it: it disconnects its peers
 (each gets a DISCONNECTED event), waits up to two seconds for their answer
@@ -105,39 +115,15 @@ and exits 0.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` to serve on (default: every up, non-loopback IPv4 address)")
+	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` to serve on (default: every IPv4 address of the Thunderbolt interfaces)")
 	fl.IntVarP(&opts.Port, "port", "p", rping.DefaultPort, "rdma_cm `port` to listen on")
 	fl.BoolVarP(&opts.Verbose, "verbose", "v", false, `print rping's "server ping data" lines`)
 	fl.IntVar(&opts.OOBPort, "oob-port", 18515, "TCP `port` for pingpong and perftest clients (0: host none)")
 	fl.IntVar(&opts.MaxConns, "max-conns", 64, "connections served at once per address; more are rejected")
 	fl.BoolVar(&opts.NoAdvertise, "no-advertise", false, "do not advertise this machine on mDNS (_tbrdma._udp)")
 	fl.StringSliceVar(&opts.Ifaces, "iface", nil, "advertise on the interface `name` (repeatable; default: the Thunderbolt interfaces served)")
+	addAnyInterfaceFlag(fl, &opts.AnyInterface)
 	return cmd
-}
-
-// interfaceAddrs returns the IPv4 addresses of the up, non-loopback
-// interfaces.
-func interfaceAddrs() ([]netip.Addr, error) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return nil, err
-	}
-	var out []netip.Addr
-	for _, ifc := range ifs {
-		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() && !p.Addr().IsLoopback() {
-				out = append(out, p.Addr())
-			}
-		}
-	}
-	return out, nil
 }
 
 // syncWriter serialises the writes of the connections' goroutines.
@@ -209,20 +195,43 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		}()
 	}
 	ready.Wait()
-	if o.OOBPort != 0 && ctx.Err() == nil {
-		for i, d := range devs {
-			a := d.LocalAddr().Addr()
-			ln, err := listenOOB(ctx, a, o.OOBPort)
-			if err != nil {
-				oobErrs[i] = err
-				cancel()
-				break
-			}
+	if o.OOBPort != 0 && ctx.Err() == nil && o.bind.IsValid() {
+		d := devs[0]
+		a := d.LocalAddr().Addr()
+		if ln, err := listenOOB(ctx, a, o.OOBPort); err != nil {
+			oobErrs[0] = err
+			cancel()
+		} else {
 			fmt.Fprintf(log, "tbrdma serve: listening on %v port %d (TCP, pingpong and perftest clients)\n", a, ln.Addr().(*net.TCPAddr).Port)
+			s := &oobServer{dev: d, log: log, now: o.Now}
 			done.Go(func() {
-				s := &oobServer{dev: d, log: log, now: o.Now}
-				if err := serveOOB(ctx, ln, s); err != nil {
-					oobErrs[i] = err
+				if err := serveOOB(ctx, ln, func(net.Conn) (*oobServer, error) { return s, nil }, log); err != nil {
+					oobErrs[0] = err
+					cancel()
+				}
+			})
+		}
+	} else if o.OOBPort != 0 && ctx.Err() == nil {
+		// Without --bind: one listener on every address, as the stock
+		// servers; a client is served by the device on the address it
+		// reached, and refused on any other (iface.go).
+		if ln, err := listenOOB(ctx, netip.IPv4Unspecified(), o.OOBPort); err != nil {
+			oobErrs[0] = err
+			cancel()
+		} else {
+			servers := map[netip.Addr]*oobServer{}
+			var names []string
+			for _, d := range devs {
+				a := d.LocalAddr().Addr().Unmap().WithZone("")
+				servers[a] = &oobServer{dev: d, log: log, now: o.Now}
+				names = append(names, a.String())
+			}
+			fmt.Fprintf(log, "tbrdma serve: listening on %v port %d (TCP, pingpong and perftest clients of %s)\n",
+				netip.IPv4Unspecified(), ln.Addr().(*net.TCPAddr).Port, strings.Join(names, ", "))
+			route := func(c net.Conn) (*oobServer, error) { return routeOOB(c, servers, o.AnyInterface) }
+			done.Go(func() {
+				if err := serveOOB(ctx, ln, route, log); err != nil {
+					oobErrs[0] = err
 					cancel()
 				}
 			})
@@ -236,4 +245,22 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	}
 	done.Wait()
 	return errors.Join(append(errs, oobErrs...)...)
+}
+
+// routeOOB picks the hosted-test server of a client that reached serve's
+// all-address TCP listener: the one on the address it reached. A client on
+// any other address is refused: on a non-Thunderbolt interface because
+// serve answers Thunderbolt only (unless anyIface), else because no device
+// serves that address.
+func routeOOB(c net.Conn, servers map[netip.Addr]*oobServer, anyIface bool) (*oobServer, error) {
+	local, peer := localAddr(c), remoteAddr(c)
+	if s := servers[local]; s != nil {
+		return s, nil
+	}
+	if !anyIface {
+		if err := checkArrival("serve", local, peer); err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("refused the connection from %v: it arrived at %v, an address serve does not serve (see its \"listening on\" lines); have the client use one of those", peer, local)
 }

@@ -214,8 +214,10 @@ type oobServer struct {
 }
 
 // serveOOB accepts clients on ln until ctx ends, each in its own
-// goroutine; a client's failure is a line on log, never the end of serve.
-func serveOOB(ctx context.Context, ln net.Listener, s *oobServer) error {
+// goroutine, served by the server route picks; a client route refuses is
+// closed at once with a line on log, and a client's failure is a line on
+// log: neither ends serve.
+func serveOOB(ctx context.Context, ln net.Listener, route func(net.Conn) (*oobServer, error), log io.Writer) error {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	var wg sync.WaitGroup
@@ -231,6 +233,12 @@ func serveOOB(ctx context.Context, ln net.Listener, s *oobServer) error {
 				continue
 			}
 			return fmt.Errorf("accept on TCP %v: %w", ln.Addr(), err)
+		}
+		s, err := route(c)
+		if err != nil {
+			fmt.Fprintf(log, "tbrdma serve: %v\n", err)
+			c.Close()
+			continue
 		}
 		wg.Go(func() { s.client(ctx, c) })
 	}
@@ -374,7 +382,7 @@ func (s *oobServer) pingpong(ctx context.Context, c net.Conn, say func(string, .
 
 // listenOOB opens serve's TCP listener for the hosted tests on addr.
 func listenOOB(ctx context.Context, addr netip.Addr, port int) (net.Listener, error) {
-	var lc net.ListenConfig
+	lc := net.ListenConfig{KeepAliveConfig: exchangeKeepAlive}
 	ln, err := lc.Listen(ctx, "tcp", netip.AddrPortFrom(addr, uint16(port)).String())
 	if err != nil {
 		return nil, fmt.Errorf("listen on TCP %v port %d for pingpong and perftest clients: %w (another \"tbrdma write-bw\" or perftest server? stop it, or give --oob-port 0 to host no tests)", addr, port, err)

@@ -515,6 +515,8 @@ func udaddyConnectError(peer netip.AddrPort, ev *rdmacm.Event) error {
 	where := fmt.Sprintf("%v port %d", peer.Addr(), peer.Port())
 	var se *rdmacm.SIDRError
 	switch {
+	case errors.Is(ev.Err, rdmacm.ErrAuthFailed):
+		return fmt.Errorf("%s: %w", where, ev.Err)
 	case errors.As(ev.Err, &se) && se.Status == rdmacm.SIDRUnsupported:
 		return fmt.Errorf("no udaddy server on %s (SIDR_REP: %v) — is `udaddy -b %v` or `tbrdma udaddy -b %v` running there?", where, se.Status, peer.Addr(), peer.Addr())
 	case errors.As(ev.Err, &se):
