@@ -51,6 +51,10 @@ type Options struct {
 	MaxSegmentSize int
 	// Logger receives debug and error messages; nil means silent.
 	Logger *slog.Logger
+	// WrapConn, when set, wraps the default UDP endpoint once it is open
+	// (for example with transporttest.Faulty, the CLI's --fault); the
+	// context then uses what it returns. It is not applied to Conn.
+	WrapConn func(transport.Conn) transport.Conn
 }
 
 // Context is an open soft RDMA device (struct ibv_context): it owns the
@@ -126,6 +130,9 @@ func NewContext(opts *Options) (*Context, error) {
 			return nil, err
 		}
 		conn = c
+		if opts.WrapConn != nil {
+			conn = opts.WrapConn(c)
+		}
 	}
 	mtu := opts.ActiveMTU
 	if mtu == 0 {

@@ -101,6 +101,9 @@ type Network struct {
 	limit     int
 	closed    bool
 	filter    atomic.Pointer[func(Dir, []byte) Verdict]
+	// egress, when set (by Faulty), receives every packet the fault
+	// stages let through instead of an endpoint's queue. n.mu is held.
+	egress func(q packet)
 }
 
 // NewNetwork returns an empty, perfect network whose random choices derive
@@ -467,6 +470,11 @@ func (n *Network) stopTimer(t *time.Timer) {
 
 // deliver queues q at its destination. n.mu is held.
 func (n *Network) deliver(q packet) {
+	if n.egress != nil {
+		n.stats.Delivered++
+		n.egress(q)
+		return
+	}
 	e := n.endpoints[q.to]
 	if e == nil {
 		n.stats.NoRoute++

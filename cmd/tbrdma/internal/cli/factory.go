@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
+	"github.com/tbrdma/tbrdma/transport"
 	"github.com/tbrdma/tbrdma/verbs"
 )
 
@@ -21,13 +22,16 @@ type Factory struct {
 	OpenDevice func(addr netip.Addr) (*verbs.Context, error)
 	// Logger, when set by --debug, receives the engine's debug messages.
 	Logger *slog.Logger
+	// WrapConn, when set by --fault, wraps the UDP endpoint of every
+	// device OpenDevice opens (fault.go).
+	WrapConn func(transport.Conn) transport.Conn
 }
 
 // NewFactory returns the factory of the real process.
 func NewFactory() *Factory {
 	f := &Factory{IO: ui.System(), Now: time.Now}
 	f.OpenDevice = func(addr netip.Addr) (*verbs.Context, error) {
-		ctx, err := openDevice(addr, f.Logger)
+		ctx, err := openDeviceWith(addr, f.Logger, f.WrapConn)
 		if err == nil {
 			// For "tbrdma devices -v" (livecounters.go).
 			publishCounters(ctx, liveCommand())
@@ -42,12 +46,18 @@ func NewFactory() *Factory {
 // device's active MTU. An address no listed device has (or a failure to
 // list) falls back to a context on the address alone.
 func openDevice(addr netip.Addr, log *slog.Logger) (*verbs.Context, error) {
+	return openDeviceWith(addr, log, nil)
+}
+
+// openDeviceWith is openDevice with the endpoint wrapped by wrap (nil: as
+// it is).
+func openDeviceWith(addr netip.Addr, log *slog.Logger, wrap func(transport.Conn) transport.Conn) (*verbs.Context, error) {
 	var ctx *verbs.Context
 	var err error
 	if dev := deviceWithAddr(addr); dev != nil {
-		ctx, err = dev.Open(&verbs.Options{Addr: addr, Logger: log})
+		ctx, err = dev.Open(&verbs.Options{Addr: addr, Logger: log, WrapConn: wrap})
 	} else {
-		ctx, err = verbs.NewContext(&verbs.Options{Addr: addr, ActiveMTU: verbs.MTU4096, Logger: log})
+		ctx, err = verbs.NewContext(&verbs.Options{Addr: addr, ActiveMTU: verbs.MTU4096, Logger: log, WrapConn: wrap})
 	}
 	if errors.Is(err, syscall.EADDRINUSE) {
 		return nil, fmt.Errorf("open device on %v: UDP port 4791 at %v is in use (by rdma_rxe or another tbrdma): pick another local address with --bind", addr, addr)

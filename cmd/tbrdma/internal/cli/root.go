@@ -88,7 +88,7 @@ func run(ctx context.Context, f *Factory, args []string) int {
 
 func newRootCmd(f *Factory) *cobra.Command {
 	var debug, noColor bool
-	var pskFile string
+	var pskFile, faultFlag string
 	root := &cobra.Command{
 		Use:   "tbrdma <command> [flags]",
 		Short: "RDMA over a Thunderbolt (or any IP) link, in user space",
@@ -115,6 +115,13 @@ ib_read_lat, and so on.`,
 			if key != nil {
 				withPSK(f, key)
 			}
+			if spec := faultFromFlagOrEnv(faultFlag); spec != "" {
+				fs, err := parseFault(spec)
+				if err != nil {
+					return &FlagError{Err: err}
+				}
+				withFault(f, fs)
+			}
 			return nil
 		},
 	}
@@ -123,6 +130,7 @@ ib_read_lat, and so on.`,
 	root.SetIn(f.IO.In)
 	root.PersistentFlags().BoolVar(&debug, "debug", false, "log the RDMA engine's debug messages to stderr")
 	root.PersistentFlags().StringVar(&pskFile, "psk-file", "", "authenticate rdma_cm connection setup (ping, udaddy, perftest -R, cat) with the pre-shared key in `FILE` (at least 16 bytes, the same on both ends; default $"+pskEnv+")")
+	root.PersistentFlags().StringVar(&faultFlag, "fault", "", "test mode: inject seeded faults described by `SPEC` into this process's RoCE traffic, e.g. loss=1%,dup=0.5%,corrupt=0.1%,reorder=1%,delay=1ms,seed=7 (default $"+faultEnv+"; keys: loss dup corrupt reorder reorder-after reorder-delay delay jitter burst=P/R/LOSS seed)")
 	root.PersistentFlags().BoolVar(&noColor, "no-color", false, "no color or styles in human output (as NO_COLOR=1; output that is not a terminal is never styled)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &FlagError{Err: err} })
 	root.CompletionOptions.HiddenDefaultCmd = true
