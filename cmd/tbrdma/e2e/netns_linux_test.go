@@ -221,6 +221,7 @@ func (r result) String() string {
 // run runs tbrdma args... in ns and waits for it, at most timeout.
 func (l *link) run(t *testing.T, ns string, timeout time.Duration, args ...string) result {
 	t.Helper()
+	tbrdma(t) // build first: the timeout is for the command, not for go build
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()
 	cmd := l.command(ctx, t, ns, "", args...)
