@@ -4,12 +4,18 @@
 #
 # Builds two network namespaces joined by a veth pair (both ends named
 # thunderbolt0, MTU 65520, 198.18.2.1/24 client <-> 198.18.2.2/24 server),
-# measures iperf3 (UDP 65000 B, UDP 4096 B, TCP) and sockperf (UDP 64 B
-# ping-pong, blocking and busy-poll) on it, then the tbrdma perftest commands
-# (write-bw 64 KiB and 1 MiB, read-lat, write-lat, send-lat), and prints the
-# issue's ratios with the raw figures as a table (stdout) and as JSON.
-# Progress goes to stderr. Needs root (netns, veth), iperf3, sockperf, taskset,
-# ss, python3 and Go (or TBRDMA_BIN).
+# measures iperf3 (UDP 65000 B, UDP 4096 B, TCP), sockperf (UDP 64 B
+# ping-pong, blocking and busy-poll) and libfabric's fi_pingpong (tcp msg
+# 1 MiB bandwidth; udp rdm = udp;ofi_rxd 64 B one-way latency) on it, then the
+# tbrdma perftest commands (write-bw 64 KiB and 1 MiB, read-lat, write-lat,
+# send-lat), and prints the issue's ratios with the raw figures as a table
+# (stdout) and as JSON. Progress goes to stderr. Needs root (netns, veth),
+# iperf3, sockperf, taskset, ss, python3 and Go (or TBRDMA_BIN); fi_pingpong
+# (Debian: libfabric-bin) is optional: without it, or if it fails in every
+# repetition, the two libfabric ratios use the anchors script's figures
+# (3.58 GB/s, 22.9 us one-way) and the table says so.
+#
+#   sudo apt-get install iperf3 sockperf libfabric-bin iproute2 util-linux
 #
 #   sudo bench/run.sh                       # ~3-4 min; JSON in bench/results.json
 #   BENCH_OUT=/tmp/r.json REPS=1 bench/run.sh
@@ -28,7 +34,9 @@
 #   TBRDMA_OLD_BIN  a second (older) tbrdma binary: its write-bw 1 MiB,
 #                 read-lat and write-lat run too, beside the new ones, so that
 #                 old and new ratios come from the same run (keys old_*)
-#   SKIP          any of: iperf sockperf tbrdma
+#   FI_TCP_ITERS  -I of fi_pingpong tcp msg 1 MiB  (default 300, as the anchors)
+#   FI_RXD_ITERS  -I of fi_pingpong udp rdm 64 B   (default 2000, as the anchors)
+#   SKIP          any of: iperf sockperf libfabric tbrdma
 #   SUMMARY_ONLY=1 with BENCH_LOGDIR=<a previous run's log dir>: only print
 #                 the table and write the JSON again
 #
@@ -53,8 +61,12 @@ NS_A=tbbench-a; NS_B=tbbench-b; DEV=thunderbolt0; MTU=65520
 IP_A=198.18.2.1; IP_B=198.18.2.2
 VETH_A=tbbnchA; VETH_B=tbbnchB          # temporary names in the root namespace
 PY=/usr/bin/python3
-OFI_RXD_ONEWAY_US=22.9                  # anchors run3: fi_pingpong udp rdm 64 B, one-way
-OFI_TCP_1MIB_BPS=3580000000             # anchors: libfabric tcp fi_pingpong 1 MiB, 3.58 GB/s
+FI_TCP_ITERS=${FI_TCP_ITERS:-300}
+FI_RXD_ITERS=${FI_RXD_ITERS:-2000}
+FI_PORT=47593                           # fi_pingpong's TCP control port (the anchors use 47592)
+# fallbacks, used only when fi_pingpong is missing or failed in every repetition:
+OFI_RXD_ONEWAY_US=22.9                  # anchors run3: fi_pingpong udp rdm 64 B, usec/xfer (one-way)
+OFI_TCP_1MIB_BPS=3580000000             # anchors run3: fi_pingpong tcp msg 1 MiB, 3580 MB/s
 export PATH=/usr/local/go/bin:/usr/local/sbin:/usr/sbin:/sbin:$PATH
 
 T0=$(date +%s)
@@ -189,6 +201,7 @@ wait_listen() {  # wait_listen tcp|udp PORT : in NS_B, up to 10 s
   local i f=-ltnH; [ "$1" = udp ] && f=-lunH
   for ((i = 0; i < 200; i++)); do
     [ -n "$(ip netns exec $NS_B ss $f "sport = :$2" 2>/dev/null)" ] && return 0
+    kill -0 "$SRV" 2>/dev/null || return 1   # the server already exited
     sleep 0.05
   done
   return 1
@@ -254,6 +267,33 @@ sockperf_pp() {  # sockperf_pp block|poll
   fi
 }
 
+# ------------------------------------------------------------------ libfabric
+# fi_pp KEY bw|oneway PROVIDER EP SIZE ITERS : fi_pingpong server in NS_B,
+# client in NS_A (one message in flight, ping-pong). The client's last row has
+# the columns: bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec, where
+# usec/xfer = time / (2 x iterations) = one-way latency and MB/sec = bytes of
+# both directions / time in 1e6 B/s - the anchors' definitions (anchors
+# README). Records KEY.bw (B/s) or KEY.oneway (us).
+fi_pp() {
+  local k=$1 what=$2 prov=$3 ep=$4 sz=$5 it=$6 k2 rc row
+  k2="$k.r$REP"
+  srv "$k2" 60 fi_pingpong -p "$prov" -e "$ep" -S "$sz" -I "$it" -B $FI_PORT
+  wait_listen tcp $FI_PORT || { fail "$k" "rep $REP: server did not listen (logs $LOGDIR/$k2.srv.*): $(tail -c 200 "$LOGDIR/$k2.srv.err" | tr '\n' ' ')"; srv_done "$SRV"; return; }
+  cli "$k2" 40 fi_pingpong -p "$prov" -e "$ep" -S "$sz" -I "$it" -P $FI_PORT $IP_B
+  rc=$?
+  srv_done "$SRV" 3
+  row=$(awk 'NR > 1 && $1 ~ /^[0-9.]+[kmg]?$/ && NF >= 8 {l = $0} END {print l}' "$LOGDIR/$k2.cli.out")
+  set -- $row
+  if [ $rc -ne 0 ] || [ $# -lt 8 ] || ! isnum "$6" || ! isnum "$7"; then
+    [ $rc -eq 124 ] && rc="124 (timed out after 40 s)"
+    fail "$k" "rep $REP: rc=$rc (logs $LOGDIR/$k2.*) $(tail -c 200 "$LOGDIR/$k2.cli.out" "$LOGDIR/$k2.cli.err" | tr '\n' ' ')"
+    return
+  fi
+  if [ "$what" = bw ]; then rec "$k.bw" B/s "$(awk -v m="$6" 'BEGIN{printf "%.0f", m * 1e6}')"
+  else rec "$k.oneway" us "$7"; fi
+  log "$k rep $REP: $6 MB/s, $7 us one-way ($2 x $1)"
+}
+
 # ------------------------------------------------------------------ tbrdma
 # tb KEY CMD ARGS... : tbrdma CMD server in NS_B, client in NS_A; parses the
 # client's result row. Sets TB_ROW to the row's fields.
@@ -302,8 +342,12 @@ if [ "${SUMMARY_ONLY:-0}" = 1 ]; then   # re-print the summary of BENCH_LOGDIR's
 else
 [ "$(id -u)" = 0 ] || { echo "bench/run.sh needs root (network namespaces, veth)" >&2; exit 1; }
 for c in ip iperf3 sockperf taskset ss timeout; do
-  command -v $c >/dev/null || { echo "bench/run.sh: $c not found (apt-get install iperf3 sockperf iproute2 util-linux)" >&2; exit 1; }
+  command -v $c >/dev/null || { echo "bench/run.sh: $c not found (apt-get install iperf3 sockperf libfabric-bin iproute2 util-linux)" >&2; exit 1; }
 done
+if ! skip libfabric && ! command -v fi_pingpong >/dev/null; then   # optional: see the header
+  log "fi_pingpong not found (apt-get install libfabric-bin): the libfabric ratios will use the anchors' figures"
+  SKIP="$SKIP libfabric"
+fi
 [ -x "$PY" ] || PY=$(command -v python3) || { echo "bench/run.sh: python3 not found" >&2; exit 1; }
 
 if [ -n "${TBRDMA_BIN:-}" ]; then
@@ -347,6 +391,7 @@ for ((REP = 1; REP <= REPS; REP++)); do
   # agree on 61440-byte packets for the 65520-byte link): ~3x the rate, so
   # 3x the messages for about the same time
   run_tb tb_bw write_bw_1MiB_large 1048576 "$((WB1M_N * 3))" --large-segments
+  run_kernel libfabric fi_pp libfabric_tcp_msg_1MiB bw tcp msg 1048576 "$FI_TCP_ITERS"
   old run_tb tb_bw old_write_bw_1MiB 1048576 "$WB1M_N"
   run_kernel iperf iperf udp 4096
   run_kernel iperf iperf tcp
@@ -358,6 +403,7 @@ for ((REP = 1; REP <= REPS; REP++)); do
   run_tb tb_lat read_lat_64B_poll read-lat
   old run_tb tb_lat old_read_lat_64B_poll read-lat
   run_tb tb_lat write_lat_64B write-lat
+  run_kernel libfabric fi_pp libfabric_udp_rdm_64B oneway udp rdm 64 "$FI_RXD_ITERS"
   old run_tb tb_lat old_write_lat_64B write-lat
   run_tb tb_lat send_lat_64B_poll send-lat
 done
@@ -380,6 +426,8 @@ trap - EXIT
   echo "go=$(go version 2>/dev/null | awk '{print $3}')"
   echo "iperf3=$(iperf3 -v 2>/dev/null | head -1 | awk '{print $2}')"
   echo "sockperf=$(sockperf --version 2>/dev/null | grep -o '[0-9][0-9.]*' | head -1)"
+  echo "libfabric=$(skip libfabric || fi_info --version 2>/dev/null | awk '/^libfabric:/ {print $2}')"
+  echo "fi_pingpong_iters=tcp msg 1 MiB -I $FI_TCP_ITERS, udp rdm 64 B -I $FI_RXD_ITERS"
   echo "write_bw_1MiB_iters=$WB1M_N"
   echo "logdir=$LOGDIR"
 } >"$LOGDIR/meta.txt"
@@ -418,21 +466,35 @@ def side(x, rep):  # (value, bg%) of one side of a ratio in one repetition, or N
 def unit(x):
     return 'us' if isinstance(x, float) else units.get(x[:-2] if x.endswith('*2') else x, '')
 
+# libfabric denominators: this run's fi_pingpong figures; the anchors'
+# constants only if fi_pingpong did not run or failed in every repetition
+libfab = meta.get('libfabric') or '?'
+if 'libfabric_tcp_msg_1MiB.bw' in rows:
+    fitcp = 'libfabric_tcp_msg_1MiB.bw'
+    fitcp_note = 'denominator measured in this run: fi_pingpong -p tcp -e msg -S 1048576 (libfabric %s), one message in flight' % libfab
+else:
+    fitcp = ofitcp
+    fitcp_note = 'denominator %.2f GB/s is the anchors figure, not measured in this run (fi_pingpong missing, skipped or failed)' % (ofitcp / 1e9)
+if 'libfabric_udp_rdm_64B.oneway' in rows:
+    firxd = 'libfabric_udp_rdm_64B.oneway'
+    firxd_note = 'denominator measured in this run: fi_pingpong -p udp -e rdm -S 64 usec/xfer (libfabric %s)' % libfab
+else:
+    firxd = ofi
+    firxd_note = 'denominator %.1f us is the anchors figure, not measured in this run (fi_pingpong missing, skipped or failed)' % ofi
+
 # (name, numerator, denominator (key or constant), target op, target, note)
 R = [
     ('write-bw 1 MiB, large segments / iperf3 UDP 65000 B received', 'write_bw_1MiB_large.bw', 'iperf3_udp65000.recv', '>=', 0.75,
      'tbrdma extension: both ends pass --large-segments and agree on 61440-byte packets'),
     ('write-bw 1 MiB, IB MTU 4096 / iperf3 UDP 65000 B received', 'write_bw_1MiB.bw', 'iperf3_udp65000.recv', '>=', 0.6,
      'the standard path (what rdma_rxe peers use), GSO/GRO batched'),
-    ('best write-bw 1 MiB / libfabric tcp fi_pingpong 1 MiB', 'write_bw_1MiB_large.bw', ofitcp, '>=', 1.5,
-     'denominator %.2f GB/s is the anchors figure, not measured in this run (no libfabric here)' % (ofitcp / 1e9)),
+    ('best write-bw 1 MiB / libfabric tcp fi_pingpong 1 MiB', 'write_bw_1MiB_large.bw', fitcp, '>=', 1.5, fitcp_note),
     ('read-lat 64 B event (-e) t_typical / sockperf 64 B blocking p50 RTT', 'read_lat_64B_event.t_typical',
      'sockperf_udp64_block.rtt_p50', '<=', 1.3, 'both are full round trips'),
     ('read-lat 64 B busy-poll t_typical / sockperf 64 B busy-poll p50 RTT', 'read_lat_64B_poll.t_typical',
      'sockperf_udp64_poll.rtt_p50', '<=', 1.5,
      'tbrdma polls the CQ and its receive loop polls the socket (2 ms window); sockperf busy-polls both ends'),
-    ('write-lat 64 B t_typical / libfabric udp;ofi_rxd 64 B one-way', 'write_lat_64B.t_typical', ofi, '<=', 0.5,
-     'denominator %.1f us is the anchors figure, not measured in this run (no libfabric here)' % ofi),
+    ('write-lat 64 B t_typical / libfabric udp;ofi_rxd 64 B one-way', 'write_lat_64B.t_typical', firxd, '<=', 0.5, firxd_note),
     # extras, no target
     ('write-bw 1 MiB / iperf3 UDP 4096 B received', 'write_bw_1MiB.bw', 'iperf3_udp4096.recv', None, None,
      'tbrdma sends 4096-byte payloads too, but in GSO batches'),
@@ -449,7 +511,7 @@ R = [
      'sockperf_udp64_block.rtt_p50', None, None, 'TBRDMA_OLD_BIN'),
     ('OLD read-lat 64 B poll t_typical / sockperf busy-poll p50 RTT', 'old_read_lat_64B_poll.t_typical',
      'sockperf_udp64_poll.rtt_p50', None, None, 'TBRDMA_OLD_BIN'),
-    ('OLD write-lat 64 B t_typical / libfabric udp;ofi_rxd one-way', 'old_write_lat_64B.t_typical', ofi, None, None, 'TBRDMA_OLD_BIN'),
+    ('OLD write-lat 64 B t_typical / libfabric udp;ofi_rxd one-way', 'old_write_lat_64B.t_typical', firxd, None, None, 'TBRDMA_OLD_BIN'),
 ]
 reps = sorted({r for k in rows for r in rows[k]})
 ratios = []
@@ -491,8 +553,8 @@ for name, nk, dk, op, tgt, note in R:
                    'per_rep': per, 'target': (op + ' ' + str(tgt)) if op else None, 'met': met, 'note': note})
 fails = [dict(zip(('test', 'reason'), l.rstrip('\n').split('\t', 1))) for l in open(failf) if l.strip()]
 doc = {'meta': meta, 'ratios': ratios, 'raw': raw, 'failures': fails, 'notes': {
-    'B/s': 'bytes per second: tbrdma BW average MiB/s x 2^20, iperf3 bits_per_second / 8',
-    'us': 'microseconds: sockperf rtt = full round trip (--full-rtt); read-lat t_typical = full round trip; write-lat and send-lat t_typical = half round trip',
+    'B/s': 'bytes per second: tbrdma BW average MiB/s x 2^20, iperf3 bits_per_second / 8, fi_pingpong MB/sec x 1e6 (bytes of both directions, one message in flight)',
+    'us': 'microseconds: sockperf rtt = full round trip (--full-rtt); read-lat t_typical = full round trip; write-lat and send-lat t_typical = half round trip; fi_pingpong oneway = usec/xfer = half round trip',
     'ratio': 'taken within each repetition (both sides measured back to back); "ratio" (and numerator, denominator) = median over the quiet repetitions (reps_used: foreign CPU <= QUIET_MAX), else the least disturbed one; ratio_median/min/max over all repetitions',
     'foreign_cpu_pct': 'CPU used by processes other than this script and its children during the measurement, % of all cores; above ~10 the figure is disturbed'}}
 os.makedirs(os.path.dirname(os.path.abspath(out)) or '.', exist_ok=True)
