@@ -61,6 +61,12 @@ func exchangeTimeoutHint(err error) string {
 // accepts one connection and closes the listener, as the stock tools do.
 // ready, if not nil, is called once the listener is up.
 func listenOne(ctx context.Context, bind netip.Addr, port int, ready func(net.Addr)) (net.Conn, error) {
+	return listenUntil(ctx, bind, port, ready, nil)
+}
+
+// listenUntil is listenOne that keeps accepting until admit (nil: any
+// connection) takes one; the connections it refuses are closed.
+func listenUntil(ctx context.Context, bind netip.Addr, port int, ready func(net.Addr), admit func(net.Conn) bool) (net.Conn, error) {
 	host := ""
 	if bind.IsValid() {
 		host = bind.String()
@@ -76,14 +82,19 @@ func listenOne(ctx context.Context, bind netip.Addr, port int, ready func(net.Ad
 	}
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
-	c, err := ln.Accept()
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("accept on port %d: %w", port, err)
 		}
-		return nil, fmt.Errorf("accept on port %d: %w", port, err)
+		if admit == nil || admit(c) {
+			return c, nil
+		}
+		c.Close()
 	}
-	return c, nil
 }
 
 // dial connects to peer:port, from bind when it is set. peer is an

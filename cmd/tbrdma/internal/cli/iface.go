@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -136,32 +135,13 @@ func listenOneAllowed(ctx context.Context, cmd string, bind netip.Addr, anyIface
 	if bind.IsValid() || anyIface {
 		return listenOne(ctx, bind, port, ready)
 	}
-	lc := net.ListenConfig{KeepAliveConfig: exchangeKeepAlive}
-	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort("", strconv.Itoa(port)))
-	if err != nil {
-		return nil, fmt.Errorf("couldn't listen to port %d: %w", port, err)
-	}
-	defer ln.Close()
-	if ready != nil {
-		ready(ln.Addr())
-	}
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("accept on port %d: %w", port, err)
-		}
+	return listenUntil(ctx, netip.Addr{}, port, ready, func(c net.Conn) bool {
 		if err := checkArrival(cmd, localAddr(c), remoteAddr(c)); err != nil {
 			fmt.Fprintf(log, "tbrdma %s: %v; still waiting for a client\n", cmd, err)
-			c.Close()
-			continue
+			return false
 		}
-		return c, nil
-	}
+		return true
+	})
 }
 
 // refusedHint explains an exchange that the server ended before answering:
