@@ -3,6 +3,7 @@ package verbs_test
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"testing"
 	"testing/synctest"
 
@@ -66,16 +67,38 @@ func fuzzResponderOnce(t *testing.T, in []byte) {
 	e.send(t, e.peer, pkt)
 	synctest.Wait()
 
-	// Memory.
+	isWrite := op.Class() == wire.ClassRC && op >= wire.WriteFirst && op <= wire.WriteOnlyImm
+	what := fmt.Sprintf("%v packet % x (expected PSN %v before)", op, in, psn0)
+	checkAfterFuzz(t, e, before, isWrite, what, func(psn verbs.PSN) bool {
+		return psn != psn0 && op.Class() == wire.ClassRC &&
+			(op == wire.SendFirst || op == wire.SendMiddle || op == wire.WriteFirst || op == wire.WriteMiddle)
+	}, 2048, 0, 2048)
+}
+
+// checkAfterFuzz is what FuzzResponder and FuzzResponderSequence check once
+// their input was delivered (what names it in failures; before is the
+// arena as it was; wrote says a WRITE opcode was sent, so the write-only
+// MR may change):
+//
+//   - no page of the arena changed but the read-write MR's (and the
+//     write-only MR's after a WRITE);
+//   - the QP is in ERR only together with a fatal NAK, and a fatal NAK
+//     always put it there;
+//   - otherwise a normal SEND at the expected PSN, into a new receive at
+//     recvOff of the read-write MR, gets one ACK and lands at one of
+//     placedOffs — unless midMessage(expected PSN) says the input left a
+//     message open, when the SEND may instead be refused with
+//     NAK-invalid request (the QP then in ERR).
+func checkAfterFuzz(t *testing.T, e *hostileEnv, before []byte, wrote bool, what string, midMessage func(verbs.PSN) bool, recvOff int, placedOffs ...int) {
+	t.Helper()
 	for pg := range arenaPages {
 		if bytes.Equal(before[pg*page:(pg+1)*page], e.arena[pg*page:(pg+1)*page]) {
 			continue
 		}
-		isWrite := op.Class() == wire.ClassRC && op >= wire.WriteFirst && op <= wire.WriteOnlyImm
-		if pg == 1 || (pg == 3 && isWrite) {
+		if pg == 1 || (pg == 3 && wrote) {
 			continue
 		}
-		t.Fatalf("%v packet % x changed page %d of the arena (guards: 0 2 4 6 8; 5 another PD's MR; 7 deregistered; 3 write-only)", op, in, pg)
+		t.Fatalf("%s changed page %d of the arena (guards: 0 2 4 6 8; 5 another PD's MR; 7 deregistered; 3 write-only)", what, pg)
 	}
 
 	e.mu.Lock()
@@ -91,24 +114,24 @@ func fuzzResponderOnce(t *testing.T, in []byte) {
 	switch st := e.qp.State(); {
 	case st == verbs.QPStateErr:
 		if !fatal {
-			t.Fatalf("%v packet % x moved the QP to ERR without a fatal NAK (responses %s)", op, in, describe(got))
+			t.Fatalf("%s moved the QP to ERR without a fatal NAK (responses %s)", what, describe(got))
 		}
-		t.Logf("%v: %s→ QP in ERR", op, describe(got))
+		t.Logf("%s: %s→ QP in ERR", what, describe(got))
 		return
 	case st != verbs.QPStateRTR:
-		t.Fatalf("%v packet % x moved the QP to %v", op, in, st)
+		t.Fatalf("%s moved the QP to %v", what, st)
 	case fatal:
-		t.Fatalf("%v packet % x got a fatal NAK but the QP stayed in %v", op, in, st)
+		t.Fatalf("%s got a fatal NAK but the QP stayed in %v (responses %s)", what, st, describe(got))
 	}
 
 	// A normal SEND at the expected PSN, into a receive of our own.
 	psn := e.qp.Query().RQPSN
-	if _, err := e.qp.PostRecv(verbs.RecvWR{WRID: 99, SGList: []verbs.SGE{e.rw.SGE(2048, 64)}}); err != nil {
-		t.Fatalf("post receive after %v packet % x: %v", op, in, err)
+	if _, err := e.qp.PostRecv(verbs.RecvWR{WRID: 99, SGList: []verbs.SGE{e.rw.SGE(recvOff, 64)}}); err != nil {
+		t.Fatalf("post receive after %s: %v", what, err)
 	}
 	msg := []byte("a normal SEND...")
 	h := req(wire.SendOnly, psn)
-	h.BTH.DestQP = target
+	h.BTH.DestQP = e.qp.QPN()
 	h.BTH.AckReq = true
 	e.send(t, e.peer, wire.AppendPacket(nil, &h, msg))
 	synctest.Wait()
@@ -116,19 +139,20 @@ func fuzzResponderOnce(t *testing.T, in []byte) {
 	got = e.got
 	e.mu.Unlock()
 
-	midMessage := psn != psn0 && op.Class() == wire.ClassRC &&
-		(op == wire.SendFirst || op == wire.SendMiddle || op == wire.WriteFirst || op == wire.WriteMiddle)
-	if midMessage && len(got) == 1 && got[0].AETH.Syndrome() == wire.SyndromeInvalidReq && e.qp.State() == verbs.QPStateErr {
-		t.Logf("%v: accepted (PSN %v → %v); the SEND after it broke off the message: %s", op, psn0, psn, describe(got))
+	if midMessage(psn) && len(got) == 1 && got[0].AETH.Syndrome() == wire.SyndromeInvalidReq && e.qp.State() == verbs.QPStateErr {
+		t.Logf("%s: accepted (PSN → %v) mid-message; the SEND after it broke off the message: %s", what, psn, describe(got))
 		return // refused, as it must be
 	}
 	if len(got) != 1 || got[0].Opcode() != wire.Acknowledge || got[0].AETH.Syndrome() != wire.SyndromeACK || got[0].BTH.PSN() != psn {
-		t.Fatalf("after %v packet % x (expected PSN %v → %v), a SEND at PSN %v got %s, want one ACK of it", op, in, psn0, psn, psn, describe(got))
+		t.Fatalf("after %s, a SEND at the expected PSN %v got %s, want one ACK of it", what, psn, describe(got))
 	}
-	if !bytes.Equal(e.arena[page:page+len(msg)], msg) && !bytes.Equal(e.arena[page+2048:page+2048+len(msg)], msg) {
-		t.Fatalf("after %v packet % x, a SEND was ACKed but not placed in a receive buffer", op, in)
+	for _, off := range placedOffs {
+		if bytes.Equal(e.arena[page+off:page+off+len(msg)], msg) {
+			t.Logf("%s: PSN → %v; the SEND after it: %s", what, psn, describe(got))
+			return
+		}
 	}
-	t.Logf("%v: PSN %v → %v; the SEND after it: %s", op, psn0, psn, describe(got))
+	t.Fatalf("after %s, a SEND was ACKed but not placed in a receive buffer", what)
 }
 
 // relocate patches pkt (see FuzzResponder) and returns its opcode.
