@@ -39,3 +39,6 @@ func (c *udpConn) SetBusyPoll(d time.Duration) {}
 
 // HoldBusyPoll is accepted and ignored off Linux.
 func (c *udpConn) HoldBusyPoll(delta int) {}
+
+// SetKernelWait is accepted and ignored off Linux.
+func (c *udpConn) SetKernelWait(d time.Duration) error { return nil }

@@ -69,6 +69,14 @@ type sysConn struct {
 	// (HoldBusyPoll): while it is not 0 a busy-polling reader never
 	// parks, whatever the window says.
 	busyHold atomic.Int32
+	// kwaitNs, when not 0, makes a ReadBatch that finds the socket empty
+	// wait for it in ppoll on its own thread, without the runtime's
+	// poller, for up to that many nanoseconds after the last datagram
+	// (SetKernelWait).
+	kwaitNs atomic.Int64
+	// blocking is set while the socket is in blocking mode for the
+	// kernel wait.
+	blocking atomic.Bool
 }
 
 // recvState belongs to the one goroutine in ReadBatch.
@@ -194,22 +202,35 @@ func (c *udpConn) initSys(o *Options) error {
 // With busy polling on, an empty socket is polled again, with a
 // runtime.Gosched between tries so that the goroutines waiting for the
 // data (and, with one P, everything else) keep running, until the busy
-// window after the last datagram has passed.
+// window after the last datagram has passed. With a kernel wait on
+// (SetKernelWait) and its window open, it sleeps in recvmmsg itself
+// instead (kernelWait).
 func (c *udpConn) recvmmsg(fd uintptr) bool {
 	r := &c.sys.rd
 	spins := 0
 	for {
-		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), 0, 0, 0)
+		var n uintptr
+		var e unix.Errno
+		waited := c.kernelWaitOpen()
+		if waited {
+			n, e = c.kernelWait(fd)
+		} else {
+			n, _, e = unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), unix.MSG_DONTWAIT, 0, 0)
+		}
 		switch e {
 		case 0:
 			r.got, r.err = int(n), nil
-			if spins > 0 || c.sys.busyNs.Load() != 0 {
+			if spins > 0 || c.sys.busyNs.Load() != 0 || c.sys.kwaitNs.Load() != 0 {
 				r.last = monoNow()
 			}
 			return true
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
+			if waited { // a slice passed without a datagram
+				c.ctr.kwaitSlices.Add(1)
+				continue
+			}
 			if busy := c.sys.busyNs.Load(); busy > 0 && !c.closed.Load() {
 				if spins&15 != 0 || c.sys.busyHold.Load() > 0 || monoNow()-r.last < busy {
 					spins++
@@ -225,12 +246,43 @@ func (c *udpConn) recvmmsg(fd uintptr) bool {
 	}
 }
 
+// kernelWaitOpen reports whether a reader that finds the socket empty
+// should sleep in recvmmsg (kernelWait) rather than in the runtime's
+// poller: a kernel wait is on and its last datagram is recent enough.
+func (c *udpConn) kernelWaitOpen() bool {
+	kw := c.sys.kwaitNs.Load()
+	return kw > 0 && c.sys.blocking.Load() && !c.closed.Load() && monoNow()-c.sys.rd.last < kw
+}
+
+// kernelWait receives in a recvmmsg that sleeps until the first datagram
+// (MSG_WAITFORONE on the socket SetKernelWait made blocking) or for at
+// most kernelWaitSlice (SO_RCVTIMEO; then EAGAIN). It is a RawSyscall: the
+// runtime does not hand this goroutine's P to another thread, and its
+// sysmon thread, which sleeps while every P is idle, is not woken by the
+// next system call. With one P nothing else runs meanwhile, so it yields
+// first and sleeps for one slice at a time; a signal (the runtime's
+// preemption, a GC) ends the sleep with EINTR.
+//
+// It yields twice: runtime.Gosched queues this goroutine on the global run
+// queue, and one schedule in 61 takes from that queue before the P's own,
+// which would hand the processor straight back while a goroutine this one
+// just woke (a completion channel's waiter) waits in the P's queue for the
+// whole slice. No two schedules in a row are both the 61st.
+func (c *udpConn) kernelWait(fd uintptr) (uintptr, unix.Errno) {
+	r := &c.sys.rd
+	runtime.Gosched()
+	runtime.Gosched()
+	c.ctr.kwaits.Add(1)
+	n, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), unix.MSG_WAITFORONE, 0, 0)
+	return n, e
+}
+
 // sendmmsg is the RawConn.Write callback: false means "wait until
 // writable".
 func (c *udpConn) sendmmsg(fd uintptr) bool {
 	w := &c.sys.wr
 	for {
-		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[w.start])), uintptr(w.end-w.start), 0, 0, 0)
+		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[w.start])), uintptr(w.end-w.start), unix.MSG_DONTWAIT, 0, 0)
 		switch e {
 		case 0:
 			w.sent, w.err = int(n), nil
@@ -538,3 +590,42 @@ var monoStart = time.Now()
 
 // monoNow is a monotonic clock in nanoseconds.
 func monoNow() int64 { return int64(time.Since(monoStart)) }
+
+// kernelWaitSlice is the longest one kernelWait sleeps before it yields
+// the processor again.
+const kernelWaitSlice = 500 * time.Microsecond
+
+// SetKernelWait turns the kernel wait on (d > 0) or off: for up to d after
+// the last datagram arrived, a ReadBatch that finds the socket empty sleeps
+// in recvmmsg on its own thread rather than in the runtime's poller (see
+// kernelWait). The socket is blocking while it is on (every other call
+// passes MSG_DONTWAIT) and its receive timeout is kernelWaitSlice. The
+// portable path ignores it.
+func (c *udpConn) SetKernelWait(d time.Duration) error {
+	if c.portable != nil {
+		return nil
+	}
+	on := d > 0
+	var serr error
+	err := c.rc.Control(func(fd uintptr) {
+		if on {
+			tv := unix.NsecToTimeval(int64(kernelWaitSlice))
+			if serr = unix.SetsockoptTimeval(int(fd), unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); serr != nil {
+				serr = os.NewSyscallError("setsockopt SO_RCVTIMEO", serr)
+				return
+			}
+		}
+		if serr = unix.SetNonblock(int(fd), !on); serr != nil {
+			serr = os.NewSyscallError("fcntl O_NONBLOCK", serr)
+		}
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("transport: kernel wait: %w", err)
+	}
+	c.sys.blocking.Store(on)
+	c.sys.kwaitNs.Store(int64(max(d, 0)))
+	return nil
+}

@@ -67,6 +67,10 @@ type Stats struct {
 	Drops                 [wire.NumReasons]uint64
 	// Syscalls counts read and write system calls (0 for in-memory links).
 	ReadCalls, WriteCalls uint64
+	// KernelWaits counts receive system calls that slept in the kernel
+	// (SetKernelWaitOf); KernelWaitSlices those of them that ended after
+	// a whole slice without a datagram.
+	KernelWaits, KernelWaitSlices uint64
 }
 
 // PayloadCapable reports whether c sends Message.Payload (a gathering

@@ -139,6 +139,7 @@ type counters struct {
 	packetsIn, packetsOut atomic.Uint64
 	bytesIn, bytesOut     atomic.Uint64
 	readCalls, writeCalls atomic.Uint64
+	kwaits, kwaitSlices   atomic.Uint64
 	drops                 [wire.NumReasons]atomic.Uint64
 }
 
@@ -419,6 +420,9 @@ func (c *udpConn) Stats() Stats {
 		BytesOut:   c.ctr.bytesOut.Load(),
 		ReadCalls:  c.ctr.readCalls.Load(),
 		WriteCalls: c.ctr.writeCalls.Load(),
+
+		KernelWaits:      c.ctr.kwaits.Load(),
+		KernelWaitSlices: c.ctr.kwaitSlices.Load(),
 	}
 	for i := range s.Drops {
 		s.Drops[i] = c.ctr.drops[i].Load()
@@ -483,4 +487,33 @@ func HoldBusyPollOf(c Conn, delta int) {
 			return
 		}
 	}
+}
+
+// SetKernelWaitOf turns the kernel wait on (d > 0) or off on c if c is (or
+// wraps) a UDP endpoint returned by Open, and reports whether it is one:
+// for up to d after the last datagram arrived, a ReadBatch that finds the
+// socket empty sleeps in its receive system call, on its own thread and
+// keeping its P, instead of in the runtime's poller. A round trip then
+// costs one wake-up, as in a blocking C program; with the poller it costs
+// three on a process confined to one core (the poller's, and two of the
+// runtime's sysmon thread, which the first system call after an idle wait
+// wakes). While the reader sleeps, with GOMAXPROCS=1 nothing else in the
+// process runs: it yields before each sleep and sleeps at most a slice
+// (kernelWaitSlice, rounded up to the kernel's tick), and only the
+// runtime's sysmon polls the network for other sockets (every 10 ms). It
+// is meant for a process whose one endpoint carries the latency-critical
+// traffic (perftest's -e). Only the Linux batched path waits; the others
+// accept it and ignore it.
+func SetKernelWaitOf(c Conn, d time.Duration) (bool, error) {
+	for c != nil {
+		switch v := c.(type) {
+		case interface{ SetKernelWait(time.Duration) error }:
+			return true, v.SetKernelWait(d)
+		case interface{ Unwrap() Conn }:
+			c = v.Unwrap()
+		default:
+			return false, nil
+		}
+	}
+	return false, nil
 }

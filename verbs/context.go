@@ -616,3 +616,20 @@ func (c *Context) Spinning(on bool) {
 	c.spinners.Add(int32(d))
 	transport.HoldBusyPollOf(c.conn, d)
 }
+
+// SetKernelWait makes the context's receive loop, for up to d after each
+// packet, wait for the next one in a blocking system call on its own
+// thread instead of in the Go runtime's network poller; d = 0 turns it off
+// (the default). It is the engine half of an application that sleeps on a
+// completion channel (perftest's -e): a round trip then costs one wake-up
+// and two system calls per side, as for a blocking C program, where the
+// poller's hand-off and the runtime's sysmon thread cost three wake-ups and
+// about seven calls (docs/performance.md). The price: while the loop waits,
+// its goroutine keeps its processor, so with GOMAXPROCS=1 other goroutines
+// (another context's receive loop, timers) run only between waits, which
+// last at most 500 µs each. It suits a process whose one context carries
+// the latency-critical traffic. It reports false when the transport cannot
+// (in-memory links, and systems other than Linux, where it is a no-op).
+func (c *Context) SetKernelWait(d time.Duration) (bool, error) {
+	return transport.SetKernelWaitOf(c.conn, d)
+}

@@ -182,6 +182,9 @@ func TestPerftestLoopback(t *testing.T) {
 	}{
 		{readLatTest, []string{"-n", "20", "-s", "64"}, regexp.MustCompile(`(?m)^ 64      20          [\d.]+ `)},
 		{readLatTest, []string{"-n", "10", "-s", "10000", "-m", "1024"}, regexp.MustCompile(`(?m)^ 10000   10          [\d.]+ `)},
+		// -e: both receive loops wait in the kernel (SetKernelWait), in one process
+		{readLatTest, []string{"-n", "500", "-s", "64", "-e"}, regexp.MustCompile(`(?m)^ 64      500 +[\d.]+ `)},
+		{writeBWTest, []string{"-n", "300", "-s", "65536", "-e"}, regexp.MustCompile(`(?m)^ 65536      300              [\d.]+ +[\d.]+ *\t\t   [\d.]+$`)},
 		{atomicLatTest, []string{"-n", "20"}, regexp.MustCompile(`(?m)^ 8       20          [\d.]+ `)},
 		{atomicLatTest, []string{"-n", "20", "-A", "CMP_AND_SWAP"}, regexp.MustCompile(`(?m)^ 8       20          [\d.]+ `)},
 		{writeBWTest, []string{"-n", "50", "-s", "65536"}, regexp.MustCompile(`(?m)^ 65536      50               [\d.]+ +[\d.]+ *\t\t   [\d.]+$`)},

@@ -715,6 +715,11 @@ func (t *perftest) setup(dev *verbs.Context) error {
 	switch {
 	case o.Events: // -e: sleep on the completion channel, never spin
 		t.w.Spin = 0
+		if !t.shared { // serve's device: its other users keep their own wait
+			if _, err := dev.SetKernelWait(perf.KernelWaitWindow); err != nil {
+				return err
+			}
+		}
 	case t.shared: // serve's device: its other users keep their own poll mode
 	case !o.Kind.bw: // latency tests: busy-poll the CQ and the socket, as perftest polls
 		t.w.Spin = perf.BusySpin

@@ -73,6 +73,8 @@ func TestPerftestLoopbackBothSides(t *testing.T) {
 		{sendLatTest, []string{"-n", "20", "-s", "64"}, []int{64}, 20},
 		{sendLatTest, []string{"-n", "9", "-s", "10000", "-m", "1024"}, []int{10000}, 9},
 		{sendLatTest, []string{"-n", "300", "-r", "7"}, []int{2}, 300},
+		{sendLatTest, []string{"-n", "500", "-s", "64", "-e"}, []int{64}, 500}, // kernel wait on both sides
+		{sendBWTest, []string{"-n", "300", "-s", "4096", "-e"}, []int{4096}, 300},
 		{sendBWTest, []string{"-n", "50", "-s", "65536"}, []int{65536}, 50},
 		{sendBWTest, []string{"-n", "300", "-s", "100", "-r", "16"}, []int{100}, 300},
 		{writeLatTest, []string{"-n", "20", "-s", "32"}, []int{32}, 20},

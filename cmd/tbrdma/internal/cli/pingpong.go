@@ -302,6 +302,9 @@ func (pp *pingpong) setupQP() error {
 	pp.w = perf.Waiter{CQ: cq, Ch: ch, Spin: perf.DefaultSpin}
 	if o.Events {
 		pp.w.Spin = 0
+		if _, err := dev.SetKernelWait(perf.KernelWaitWindow); err != nil {
+			return err
+		}
 	}
 	typ := verbs.QPTypeRC
 	if o.UD {

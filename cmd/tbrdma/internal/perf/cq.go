@@ -25,6 +25,13 @@ const BusySpin = 50000
 // polling the socket after a packet (verbs.Context.SetBusyPoll).
 const BusyPollWindow = 2 * time.Millisecond
 
+// KernelWaitWindow is how long after a packet the receive loop of a
+// context that sleeps on completion events (-e) keeps waiting for the next
+// one in its own blocking system call rather than in the Go runtime's
+// poller (verbs.Context.SetKernelWait): longer than any gap inside a test,
+// short enough that an idle process goes back to the poller at once.
+const KernelWaitWindow = 50 * time.Millisecond
+
 // Waiter waits for completions on a CQ: it busy-polls for a while (like the
 // stock tools' default poll mode) and then sleeps on the CQ's completion
 // channel, so a slow peer does not cost a whole CPU.
