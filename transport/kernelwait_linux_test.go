@@ -16,8 +16,10 @@ import (
 // only after the reader's slice had expired: one expired slice per lost
 // turn (about one round in 61 with a single runtime.Gosched, whose
 // fairness rule hands the P straight back to the yielding goroutine).
-// So a ping-pong here sleeps in the kernel every round and never lets a
-// slice expire.
+// So a ping-pong here sleeps in the kernel every round and lets no slice
+// expire, except when the kernel itself holds a datagram back (on a loaded
+// machine loopback delivery can wait for ksoftirqd): a few in thousands,
+// where the lost turns cost one in 61.
 func TestKernelWaitPingPong(t *testing.T) {
 	a := open(t, addrA, nil)
 	b := open(t, addrB, nil)
@@ -26,7 +28,7 @@ func TestKernelWaitPingPong(t *testing.T) {
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 
-	const rounds = 2000
+	const rounds = 3000
 	got := make(chan uint32, 1)
 	errc := make(chan error, 1)
 	go func() { // the reader: every datagram wakes the sender
@@ -71,10 +73,10 @@ func TestKernelWaitPingPong(t *testing.T) {
 	if s.KernelWaits < rounds/2 {
 		t.Errorf("%d kernel waits in %d rounds: the reader did not sleep in the kernel", s.KernelWaits, rounds)
 	}
-	if s.KernelWaitSlices != 0 {
-		t.Errorf("%d kernel-wait slices expired in %d rounds, want 0: the woken sender did not run before the reader slept again", s.KernelWaitSlices, rounds)
+	if s.KernelWaitSlices > rounds/300 {
+		t.Errorf("%d kernel-wait slices expired in %d rounds, want (nearly) 0: the woken sender did not run before the reader slept again", s.KernelWaitSlices, rounds)
 	}
-	t.Logf("%d rounds: %d kernel waits, %d read calls", rounds, s.KernelWaits, s.ReadCalls)
+	t.Logf("%d rounds: %d kernel waits (%d expired), %d read calls", rounds, s.KernelWaits, s.KernelWaitSlices, s.ReadCalls)
 }
 
 // A kernel-waiting reader with nothing to read keeps its P but lets the

@@ -51,7 +51,7 @@ func ICRC(src, dst netip.AddrPort, ipID uint16, roce []byte) uint32 {
 	var hdr [ipv6HdrLen + udpHdrLen + BTHSize]byte
 	n := maskedHeaders(&hdr, src, dst, ipID, roce)
 	crc := updateSmall(icrcSeed, &hdr, n)
-	return crc32.Update(crc, crc32.IEEETable, roce[BTHSize:])
+	return crcUpdate(crc, roce[BTHSize:])
 }
 
 // PutICRCParts is PutICRC for a packet in three parts, as a gathering
@@ -61,10 +61,10 @@ func PutICRCParts(hdr, payload, tail []byte, src, dst netip.AddrPort, ipID uint1
 	var m [ipv6HdrLen + udpHdrLen + BTHSize]byte
 	n := maskedHeadersLen(&m, src, dst, ipID, hdr, len(hdr)+len(payload)+len(tail)-ICRCSize)
 	crc := updateSmall(icrcSeed, &m, n)
-	crc = crc32.Update(crc, crc32.IEEETable, hdr[BTHSize:])
-	crc = crc32.Update(crc, crc32.IEEETable, payload)
+	crc = crcUpdate(crc, hdr[BTHSize:])
+	crc = crcUpdate(crc, payload)
 	t := len(tail) - ICRCSize
-	crc = crc32.Update(crc, crc32.IEEETable, tail[:t])
+	crc = crcUpdate(crc, tail[:t])
 	binary.LittleEndian.PutUint32(tail[t:], crc)
 }
 
@@ -153,7 +153,7 @@ func ICRCFromHeaders(ip, udp, roce []byte) (icrc uint32, ok bool) {
 	buf[n+4] = 0xff
 	n += BTHSize
 	crc := updateSmall(icrcSeed, &buf, n)
-	return crc32.Update(crc, crc32.IEEETable, roce[BTHSize:]), true
+	return crcUpdate(crc, roce[BTHSize:]), true
 }
 
 // updateSmall is crc32.Update over hdr[:n], so that the header buffer
