@@ -712,19 +712,29 @@ func (t *perftest) setup(dev *verbs.Context) error {
 		return fmt.Errorf("couldn't create CQ: %w", err)
 	}
 	t.w = perf.Waiter{CQ: cq, Ch: ch, Spin: perf.DefaultSpin}
+	kernelWait := false
 	switch {
 	case o.Events: // -e: sleep on the completion channel, never spin
 		t.w.Spin = 0
-		if !t.shared { // serve's device: its other users keep their own wait
-			if _, err := dev.SetKernelWait(perf.KernelWaitWindow); err != nil {
-				return err
-			}
-		}
+		kernelWait = true
 	case t.shared: // serve's device: its other users keep their own poll mode
 	case !o.Kind.bw: // latency tests: busy-poll the CQ and the socket, as perftest polls
 		t.w.Spin = perf.BusySpin
 		t.w.Ctx = dev
 		dev.SetBusyPoll(perf.BusyPollWindow)
+	default:
+		// Bandwidth tests at the standard MTU: the receive loops wait in
+		// the kernel too. Measured in alternation (docs/performance.md):
+		// write-bw 1 MiB at 4096 B rose by ~40 % (the receiver, the
+		// bottleneck there, no longer pays the poller's and sysmon's
+		// wake-ups for every batch), while large segments, where the
+		// sender's CPU is the limit, lost ~15 %, so they keep the poller.
+		kernelWait = !o.LargeSegments
+	}
+	if kernelWait && !t.shared { // serve's device: its other users keep their own wait
+		if _, err := dev.SetKernelWait(perf.KernelWaitWindow); err != nil {
+			return err
+		}
 	}
 	t.pd = pd
 	return nil
