@@ -214,6 +214,10 @@ func (c *udpConn) recvmmsg(fd uintptr) bool {
 		waited := c.kernelWaitOpen()
 		if waited {
 			n, e = c.kernelWait(fd)
+		} else if spins > 0 {
+			// A busy poll's retry: never blocks, so skip the runtime's
+			// system-call bookkeeping (the P is busy anyway).
+			n, _, e = unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), unix.MSG_DONTWAIT, 0, 0)
 		} else {
 			n, _, e = unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), unix.MSG_DONTWAIT, 0, 0)
 		}
