@@ -171,6 +171,9 @@ type QP struct {
 	state QPState
 	dst   netip.AddrPort
 	pmtu  int
+	// window is the requester's window in PSNs when SetSendWindow set
+	// one (0: maxUnackedPSNs).
+	window int
 	// closed is set by Close.
 	closed bool
 

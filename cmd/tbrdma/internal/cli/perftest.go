@@ -289,23 +289,24 @@ func (o *perftestOptions) sizes() []int {
 
 // perftest is one side's resources.
 type perftest struct {
-	o    *perftestOptions
-	dev  *verbs.Context
-	mr   *verbs.MR
-	buf  []byte
-	half int // offset of the buffer's second half (where write-lat's peer writes)
-	qp   *verbs.QP
-	w    perf.Waiter
-	pd   *verbs.PD
-	cm   *perftestCM // -R only
-	my   perf.Dest
-	mtu  verbs.MTU
-	seg  int      // large-segment size agreed with the peer, 0 = the path MTU
-	oob  net.Conn // the TCP exchange's connection (nil with -R)
-	info perf.TestInfo
-	rs   recvState // SEND tests: the receive queue
-	sent int       // SEND tests: send completions seen
-	csv  *jsonout.CSVWriter
+	o          *perftestOptions
+	dev        *verbs.Context
+	mr         *verbs.MR
+	buf        []byte
+	half       int // offset of the buffer's second half (where write-lat's peer writes)
+	qp         *verbs.QP
+	w          perf.Waiter
+	pd         *verbs.PD
+	cm         *perftestCM // -R only
+	my         perf.Dest
+	mtu        verbs.MTU
+	seg        int      // large-segment size agreed with the peer, 0 = the path MTU
+	peerWindow bool     // the peer is a tbrdma that made the window offer (perf.TbrdmaWindow)
+	oob        net.Conn // the TCP exchange's connection (nil with -R)
+	info       perf.TestInfo
+	rs         recvState // SEND tests: the receive queue
+	sent       int       // SEND tests: send completions seen
+	csv        *jsonout.CSVWriter
 	// shared: dev is "tbrdma serve"'s; close releases only the run's QP,
 	// MR and channel.
 	shared bool
@@ -474,12 +475,14 @@ func (t *perftest) run(ctx context.Context) error {
 			offer = t.segmentOffer()
 			comm.OfferSegment = offer
 		}
+		comm.OfferWindow = true
 		if _, err := comm.ExchangeVersions(); err != nil {
 			if !server {
 				err = explainClosed(err)
 			}
 			return err
 		}
+		t.peerWindow = comm.PeerWindow
 		if err := t.agreeSegment(offer, comm.PeerSegment); err != nil {
 			return err
 		}
@@ -534,6 +537,11 @@ func (t *perftest) run(ctx context.Context) error {
 	}
 	if !o.RDMACM { // with -R, rdma_cm has connected the QP
 		if err := t.connect(rem); err != nil {
+			return err
+		}
+	}
+	if t.peerWindow { // a tbrdma peer: the wider send window (tbrdma extension)
+		if err := t.qp.SetSendWindow(perf.TbrdmaWindow); err != nil {
 			return err
 		}
 	}

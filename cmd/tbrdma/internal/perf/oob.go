@@ -41,6 +41,11 @@ type Comm struct {
 	// PeerSegment is then the size both agreed on, or 0 when the peer
 	// made no offer (a stock perftest, or a tbrdma without the option).
 	OfferSegment, PeerSegment int
+	// OfferWindow, when set before ExchangeVersions, says that this end is
+	// a tbrdma whose requester would use a wider send window toward a
+	// tbrdma peer (TbrdmaWindow); PeerWindow is then whether the peer said
+	// the same (a stock perftest never does).
+	OfferWindow, PeerWindow bool
 	// Hint is tbrdma's test hint (docs/wire-format.md): a client sets it
 	// before ExchangeVersions and sends it only when the server asks for
 	// it, which only "tbrdma serve" does; on a server with AskHint set it
@@ -145,8 +150,11 @@ func (c *Comm) ExchangeVersions() (string, error) {
 	copy(out, Version)
 	in := make([]byte, versionLen)
 	put := func() {
-		if c.OfferSegment > 0 {
+		switch {
+		case c.OfferSegment > 0: // implies the window offer
 			copy(out[len(Version)+1:], fmt.Sprintf("%s%d", segOffer, c.OfferSegment/1024))
+		case c.OfferWindow:
+			copy(out[len(Version)+1:], windowOffer)
 		}
 	}
 	var err error
@@ -154,6 +162,9 @@ func (c *Comm) ExchangeVersions() (string, error) {
 		if err = c.conn.recv(in); err == nil {
 			if parseSegOffer(in) == 0 {
 				c.OfferSegment = 0 // never offered to a peer that did not offer
+			}
+			if !hasWindowOffer(in) {
+				c.OfferWindow = false
 			}
 			put()
 			ask := c.AskHint && hasMarker(in, hintOffer)
@@ -181,6 +192,7 @@ func (c *Comm) ExchangeVersions() (string, error) {
 			c.PeerSegment = min(p, c.OfferSegment)
 		}
 	}
+	c.PeerWindow = c.OfferWindow && hasWindowOffer(in)
 	if i := bytes.IndexByte(in, 0); i >= 0 {
 		in = in[:i]
 	}
@@ -223,6 +235,32 @@ func (c *Comm) recvHint() (string, error) {
 
 // segOffer starts tbrdma's large-segment offer in the version message.
 const segOffer = "tbseg="
+
+// windowOffer, NUL-terminated right after the version string's NUL, says
+// "a tbrdma, whose receiver takes TbrdmaWindow packets in flight" when
+// there is no segment offer (which only a tbrdma makes, and which says the
+// same).
+const windowOffer = "tbw"
+
+// TbrdmaWindow is the send window (in packets) a tbrdma requester uses
+// toward a peer that made the window offer: rxe's 128 fills with two ACK
+// intervals of 64 packets at 4096 bytes, 512 keeps eight in flight
+// (docs/performance.md, docs/wire-format.md).
+const TbrdmaWindow = 512
+
+// hasWindowOffer reports whether a version message carries the window
+// offer, or a segment offer, which implies it.
+func hasWindowOffer(b []byte) bool {
+	if parseSegOffer(b) > 0 {
+		return true
+	}
+	i := bytes.IndexByte(b, 0)
+	if i < 0 {
+		return false
+	}
+	rest := b[i+1:]
+	return len(rest) > len(windowOffer) && string(rest[:len(windowOffer)]) == windowOffer && rest[len(windowOffer)] == 0
+}
 
 // parseSegOffer returns the segment size in bytes offered in a version
 // message (after the version's NUL), or 0 when there is none or it is not

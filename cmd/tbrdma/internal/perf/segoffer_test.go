@@ -98,3 +98,70 @@ func TestParseSegOffer(t *testing.T) {
 }
 
 var _ io.ReadWriter = (*recorder)(nil)
+
+// The window offer: two tbrdma ends agree on TbrdmaWindow; a stock
+// perftest on either side (no offer) gets perftest's own bytes from a
+// tbrdma server and agrees on nothing; a segment offer implies the window
+// offer.
+func TestWindowOffer(t *testing.T) {
+	plain := append([]byte(Version), make([]byte, versionLen-len(Version))...)
+	for _, c := range []struct {
+		name                 string
+		client, server       bool // OfferWindow
+		clientSeg, serverSeg int
+		want                 bool
+		serverPlain          bool
+	}{
+		{"both", true, true, 0, 0, true, false},
+		{"stock client", false, true, 0, 0, false, true},
+		{"stock server", true, false, 0, 0, false, true},
+		{"segment offers only", false, false, 61440, 61440, false, false},
+		{"segment offer and window offer", true, true, 61440, 0, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := net.Pipe()
+			defer a.Close()
+			defer b.Close()
+			ra, rb := &recorder{Conn: a}, &recorder{Conn: b}
+			cl, sv := NewComm(ra, false), NewComm(rb, true)
+			cl.OfferWindow, sv.OfferWindow = c.client, c.server
+			cl.OfferSegment, sv.OfferSegment = c.clientSeg, c.serverSeg
+			errc := make(chan error, 1)
+			go func() { _, err := sv.ExchangeVersions(); errc <- err }()
+			if _, err := cl.ExchangeVersions(); err != nil {
+				t.Fatalf("client: %v", err)
+			}
+			if err := <-errc; err != nil {
+				t.Fatalf("server: %v", err)
+			}
+			if cl.PeerWindow != c.want || sv.PeerWindow != c.want {
+				t.Fatalf("window agreed: client %v, server %v, want %v", cl.PeerWindow, sv.PeerWindow, c.want)
+			}
+			if got := bytes.Equal(rb.out.Bytes(), plain); got != c.serverPlain {
+				t.Fatalf("server message %q: plain = %v, want %v", rb.out.Bytes(), got, c.serverPlain)
+			}
+			if c.client && c.clientSeg == 0 && !bytes.Equal(ra.out.Bytes()[len(Version)+1:len(Version)+5], []byte("tbw\x00")) {
+				t.Fatalf("client message %q lacks the window offer", ra.out.Bytes())
+			}
+		})
+	}
+	for _, b := range [][]byte{
+		[]byte("6.06\x00tbw\x00\x00\x00\x00\x00\x00\x00\x00"),
+		[]byte("6.06\x00tbseg=60\x00\x00\x00"),
+	} {
+		if !hasWindowOffer(b) {
+			t.Errorf("hasWindowOffer(%q) = false", b)
+		}
+	}
+	for _, b := range [][]byte{
+		[]byte("6.06\x00tbwx\x00\x00\x00\x00\x00\x00\x00"),
+		[]byte("6.06\x00tb\x00\x00\x00\x00\x00\x00\x00\x00\x00"),
+		[]byte("6.06tbw"),
+		[]byte("6.06\x00tbw"),
+		nil,
+	} {
+		if hasWindowOffer(b) {
+			t.Errorf("hasWindowOffer(%q) = true", b)
+		}
+	}
+}
