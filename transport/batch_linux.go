@@ -70,9 +70,9 @@ type sysConn struct {
 	// parks, whatever the window says.
 	busyHold atomic.Int32
 	// kwaitNs, when not 0, makes a ReadBatch that finds the socket empty
-	// wait for it in ppoll on its own thread, without the runtime's
+	// wait for it in recvmmsg on its own thread, without the runtime's
 	// poller, for up to that many nanoseconds after the last datagram
-	// (SetKernelWait).
+	// (SetKernelWait, kernelWait).
 	kwaitNs atomic.Int64
 	// blocking is set while the socket is in blocking mode for the
 	// kernel wait.

@@ -78,15 +78,8 @@ type Offloads struct {
 // OffloadsOf returns the offloads of c if c is (or wraps, through an
 // Unwrap() Conn method) a UDP endpoint returned by Open.
 func OffloadsOf(c Conn) (Offloads, bool) {
-	for c != nil {
-		switch v := c.(type) {
-		case interface{ Offloads() Offloads }:
-			return v.Offloads(), true
-		case interface{ Unwrap() Conn }:
-			c = v.Unwrap()
-		default:
-			return Offloads{}, false
-		}
+	if v, ok := endpointAs[interface{ Offloads() Offloads }](c); ok {
+		return v.Offloads(), true
 	}
 	return Offloads{}, false
 }
@@ -96,17 +89,27 @@ func OffloadsOf(c Conn) (Offloads, bool) {
 // any datagram with UDP GRO, else Options.MaxPacketSize. ok is false for
 // other Conns (the in-memory links of transporttest have no limit).
 func MaxPacketSizeOf(c Conn) (n int, ok bool) {
-	for c != nil {
-		switch v := c.(type) {
-		case interface{ MaxPacketSize() int }:
-			return v.MaxPacketSize(), true
-		case interface{ Unwrap() Conn }:
-			c = v.Unwrap()
-		default:
-			return 0, false
-		}
+	if v, ok := endpointAs[interface{ MaxPacketSize() int }](c); ok {
+		return v.MaxPacketSize(), true
 	}
 	return 0, false
+}
+
+// endpointAs returns c, or the first Conn that c wraps (through Unwrap()
+// Conn methods), that implements T.
+func endpointAs[T any](c Conn) (T, bool) {
+	for c != nil {
+		if v, ok := c.(T); ok {
+			return v, true
+		}
+		u, ok := c.(interface{ Unwrap() Conn })
+		if !ok {
+			break
+		}
+		c = u.Unwrap()
+	}
+	var zero T
+	return zero, false
 }
 
 // udpConn is the UDP endpoint. The platform files (batch_linux.go,
@@ -458,34 +461,19 @@ func setBuffersPortable(pc *net.UDPConn, rb, wb int) error {
 // and reports whether it is one. Only the Linux batched path polls; the
 // others accept and ignore it.
 func SetBusyPollOf(c Conn, d time.Duration) bool {
-	for c != nil {
-		switch v := c.(type) {
-		case interface{ SetBusyPoll(time.Duration) }:
-			v.SetBusyPoll(d)
-			return true
-		case interface{ Unwrap() Conn }:
-			c = v.Unwrap()
-		default:
-			return false
-		}
+	v, ok := endpointAs[interface{ SetBusyPoll(time.Duration) }](c)
+	if ok {
+		v.SetBusyPoll(d)
 	}
-	return false
+	return ok
 }
 
 // HoldBusyPollOf calls HoldBusyPoll(delta) on c if c is (or wraps) a UDP
 // endpoint returned by Open: +1 when a goroutine starts spinning on data
 // the endpoint receives, -1 when it stops.
 func HoldBusyPollOf(c Conn, delta int) {
-	for c != nil {
-		switch v := c.(type) {
-		case interface{ HoldBusyPoll(int) }:
-			v.HoldBusyPoll(delta)
-			return
-		case interface{ Unwrap() Conn }:
-			c = v.Unwrap()
-		default:
-			return
-		}
+	if v, ok := endpointAs[interface{ HoldBusyPoll(int) }](c); ok {
+		v.HoldBusyPoll(delta)
 	}
 }
 
@@ -505,15 +493,8 @@ func HoldBusyPollOf(c Conn, delta int) {
 // traffic (perftest's -e). Only the Linux batched path waits; the others
 // accept it and ignore it.
 func SetKernelWaitOf(c Conn, d time.Duration) (bool, error) {
-	for c != nil {
-		switch v := c.(type) {
-		case interface{ SetKernelWait(time.Duration) error }:
-			return true, v.SetKernelWait(d)
-		case interface{ Unwrap() Conn }:
-			c = v.Unwrap()
-		default:
-			return false, nil
-		}
+	if v, ok := endpointAs[interface{ SetKernelWait(time.Duration) error }](c); ok {
+		return true, v.SetKernelWait(d)
 	}
 	return false, nil
 }
