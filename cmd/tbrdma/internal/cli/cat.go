@@ -412,6 +412,16 @@ func catReceive(ctx context.Context, o *catOptions, c *catConn, evs *catEvents) 
 				if gone || ctx.Err() != nil {
 					break
 				}
+				if answered(fin, ack, ackPosted) {
+					// The stream is whole and verified and our answer
+					// went out; the sender leaves once it has it, and
+					// the acknowledgement of our answer (or of a last
+					// credit) can be lost on the way: retries then meet
+					// silence. Its own exit status says whether it got
+					// the answer.
+					gone = true
+					break
+				}
 				return fmt.Errorf("cat: transfer failed after %d bytes: %w%s", total, err, catFailHint(err, peerLabel("sender", c.qp)))
 			}
 			switch wc.Opcode {
@@ -518,7 +528,7 @@ func catReceive(ctx context.Context, o *catOptions, c *catConn, evs *catEvents) 
 	case fin.status == catFinAborted:
 		prog.clear()
 		return fmt.Errorf("cat: the stream is incomplete: the sender could not read its input after %d bytes", fin.bytes)
-	case !acked:
+	case !acked && !answered(fin, ack, ackPosted):
 		prog.clear()
 		return fmt.Errorf("cat: the sender disconnected before our confirmation")
 	case ack.status != catAckOK:
@@ -535,8 +545,19 @@ func catReceive(ctx context.Context, o *catOptions, c *catConn, evs *catEvents) 
 		}
 		return fmt.Errorf("cat: integrity check failed — %s", strings.Join(what, "; "))
 	}
+	if !acked {
+		prog.clear()
+		fmt.Fprintf(o.IO.ErrOut, "tbrdma: cat: the sender did not acknowledge our confirmation (it may have left once it had it; its exit status tells): the stream itself is whole\n")
+	}
 	prog.done(total, "length and SHA-256 match")
 	return nil
+}
+
+// answered reports whether the receiver has the whole stream, checked
+// against the sender's final message, and has sent its confirmation: what
+// happens to the connection after that cannot spoil the output.
+func answered(fin, ack *catMsg, ackPosted bool) bool {
+	return fin != nil && fin.status != catFinAborted && ack != nil && ack.status == catAckOK && ackPosted
 }
 
 // --- sender -----------------------------------------------------------------

@@ -10,9 +10,14 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
 	"time"
+
+	"github.com/tbrdma/tbrdma/transport"
+	"github.com/tbrdma/tbrdma/transport/wire"
+	"github.com/tbrdma/tbrdma/verbs"
 
 	"github.com/spf13/cobra"
 )
@@ -310,5 +315,65 @@ func TestCatSenderInterrupted(t *testing.T) {
 	}
 	if len(r.stdout) != 100000 {
 		t.Errorf("receiver wrote %d bytes, want 100000", len(r.stdout))
+	}
+}
+
+// dropACKs is a sender's endpoint that, once drop is set, sends no RC
+// ACKs: the receiver's last messages then go unacknowledged, as when the
+// ACKs are lost and the sender has left.
+type dropACKs struct {
+	transport.Conn
+	drop *atomic.Bool
+	out  []transport.Message
+}
+
+func (d *dropACKs) WriteBatch(msgs []transport.Message) (int, error) {
+	if !d.drop.Load() {
+		return d.Conn.WriteBatch(msgs)
+	}
+	d.out = d.out[:0]
+	for _, m := range msgs {
+		if len(m.Buf) > 0 && wire.Opcode(m.Buf[0]) == wire.Acknowledge {
+			continue
+		}
+		d.out = append(d.out, m)
+	}
+	if len(d.out) > 0 {
+		if _, err := d.Conn.WriteBatch(d.out); err != nil {
+			return 0, err
+		}
+	}
+	return len(msgs), nil
+}
+
+// TestCatUnacknowledgedConfirmation: the receiver has the whole stream,
+// checked against the sender's final message, and has sent its answer;
+// the transport acknowledgement of that answer never comes (lost, and the
+// sender gone). The output is whole, so the receiver succeeds and says
+// what it did not see; the sender, which got the answer, succeeds too.
+// (In CI, under --fault, the receiver failed here with "transport retry
+// counter exceeded".)
+func TestCatUnacknowledgedConfirmation(t *testing.T) {
+	data := bytes.Repeat([]byte("tbrdma cat\n"), 100000)
+	sa, ca := rdmaAddr(t), rdmaAddr(t)
+	wait := startCatReceiver(t, sa, nil)
+	f, _, errOut := testFactory()
+	f.IO.In = bytes.NewReader(data)
+	var drop atomic.Bool
+	f.OpenDevice = func(a netip.Addr) (*verbs.Context, error) {
+		return openDeviceWith(a, nil, func(c transport.Conn) transport.Conn { return &dropACKs{Conn: c, drop: &drop} })
+	}
+	code := runCatWith(context.Background(), f, []string{"--bind", ca.String(), sa.String()}, func(o *catOptions) {
+		o.finHook = func(*catMsg) { drop.Store(true) }
+	})
+	r := wait()
+	if code != ExitOK || r.code != ExitOK {
+		t.Fatalf("sender exit %d, receiver exit %d, want 0 and 0\nsender:\n%s\nreceiver:\n%s", code, r.code, errOut, r.stderr)
+	}
+	if !bytes.Equal(r.stdout, data) {
+		t.Fatalf("received %d bytes, sent %d", len(r.stdout), len(data))
+	}
+	if !strings.Contains(r.stderr, "did not acknowledge our confirmation") {
+		t.Errorf("receiver stderr %q: want the note that the confirmation was not acknowledged", r.stderr)
 	}
 }
