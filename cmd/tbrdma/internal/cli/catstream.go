@@ -19,7 +19,10 @@ package cli
 //  6. The receiver compares with what it got and SENDs catAck: a status
 //     (catAckOK, a mismatch, or catAckAborted when it could not write its
 //     output; an abort may come at any time), its byte count, chunk count
-//     and SHA-256. The sender then disconnects.
+//     and SHA-256. The sender then disconnects. The receiver's result
+//     rests on its own check: once it has sent catAck for a whole, matching
+//     stream, a failure of that SEND (its ACK lost, the sender gone) does
+//     not fail it.
 //
 // Control messages are inline SENDs of catMsgSize bytes: a type (u32),
 // then the fields above, big-endian.
