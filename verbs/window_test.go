@@ -61,3 +61,57 @@ func TestSetSendWindow(t *testing.T) {
 		t.Errorf("SetSendWindow on UC: %v, want ErrInvalidArgument", err)
 	}
 }
+
+// After a loss the window halves, once per round in flight, and widens
+// again as ACKs move the requester on, back to the full window; the packet
+// that fills a cut window asks for an ACK (sendSegment), so a window below
+// maxPktsPerAck never waits for one nobody asked for.
+func TestLossWindow(t *testing.T) {
+	qp := &QP{pmtu: 4096, typ: QPTypeRC}
+	if err := qp.SetSendWindow(512); err != nil {
+		t.Fatal(err)
+	}
+	qp.req.compPSN, qp.req.psn = 1000, 1400
+	qp.lossCut()
+	if got := qp.unackedLimit(); got != 256 {
+		t.Fatalf("after a loss: window %d, want 256", got)
+	}
+	qp.lossCut() // the same round: no second cut
+	if got := qp.unackedLimit(); got != 256 {
+		t.Fatalf("a second loss in the round cut again: window %d", got)
+	}
+	qp.req.compPSN = 1200 // progress inside the round: no growth yet
+	qp.lossGrow()
+	if got := qp.unackedLimit(); got != 256 {
+		t.Fatalf("grew before the round was acknowledged: window %d", got)
+	}
+	qp.req.compPSN, qp.req.psn = 1400, 1600 // the round is acknowledged
+	qp.lossGrow()
+	if got := qp.unackedLimit(); got != 257 {
+		t.Fatalf("after the round: window %d, want 257 (+1)", got)
+	}
+	qp.req.compPSN = 1401 // a new loss in a new round cuts again
+	qp.lossCut()
+	if got := qp.unackedLimit(); got != 128 {
+		t.Fatalf("second loss: window %d, want 128", got)
+	}
+	for i := 0; i < 10; i++ {
+		qp.lossCut() // never below minLossWindow, whatever the losses
+		qp.req.compPSN = qp.req.psn
+	}
+	if got := qp.unackedLimit(); got != minLossWindow {
+		t.Fatalf("after many losses: window %d, want %d", got, minLossWindow)
+	}
+	steps := 0
+	for qp.req.cwnd != 0 {
+		qp.lossGrow()
+		steps++
+		if steps > 1000 {
+			t.Fatal("the window never came back to full")
+		}
+	}
+	if got := qp.unackedLimit(); got != 512 {
+		t.Fatalf("back to full: window %d, want 512", got)
+	}
+	t.Logf("from %d to 512 packets in %d acknowledgements", minLossWindow, steps)
+}
