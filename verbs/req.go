@@ -44,61 +44,11 @@ const MaxSendWindow = 2048
 // unacknowledged one: maxUnackedPSNs (or the window SetSendWindow chose),
 // fewer for large segments.
 func (qp *QP) unackedLimit() int32 {
-	w := int32(qp.fullWindow())
-	if c := qp.req.cwnd; c > 0 && c < w {
-		w = c
-	}
-	return w
-}
-
-// fullWindow is the window without loss: maxUnackedPSNs or SetSendWindow's,
-// within maxUnackedBytes.
-func (qp *QP) fullWindow() int {
 	w := maxUnackedPSNs
 	if qp.window > 0 {
 		w = qp.window
 	}
-	return min(w, max(16, maxUnackedBytes/max(qp.pmtu, 1)))
-}
-
-// minLossWindow is the narrowest window lossCut leaves.
-const minLossWindow = 16
-
-// lossCut halves the window after a loss (a PSN-sequence NAK, a timeout),
-// once per round of packets in flight. Go-back-N resends
-// everything after a lost packet, so each loss costs a window: at 1 % loss
-// write-bw moved 42 MiB/s with 512 packets in flight, 92 with 128 and 165
-// with 32 (docs/performance.md). Halving on loss and widening while the link
-// is clean keeps both the clean link's rate and a lossy one's.
-func (qp *QP) lossCut() {
-	r := &qp.req
-	if r.recovering && r.compPSN.Diff(r.recoverPSN) < 0 {
-		return
-	}
-	r.cwnd = max(minLossWindow, qp.unackedLimit()/2)
-	r.recovering, r.recoverPSN = true, r.psn
-}
-
-// lossGrow widens a cut window by a packet on each acknowledgement that
-// moves the requester on (additive increase, as TCP's), once the packets
-// that were in flight at the cut are acknowledged; at the full window the
-// cut is over. Faster growth (by a 32nd or an 8th of the window) measured
-// worse at 1 % loss.
-func (qp *QP) lossGrow() {
-	r := &qp.req
-	if r.cwnd == 0 {
-		return
-	}
-	if r.recovering {
-		if r.compPSN.Diff(r.recoverPSN) < 0 {
-			return
-		}
-		r.recovering = false
-	}
-	r.cwnd++
-	if int(r.cwnd) >= qp.fullWindow() {
-		r.cwnd = 0
-	}
+	return int32(min(w, max(16, maxUnackedBytes/max(qp.pmtu, 1))))
 }
 
 // SetSendWindow sets how many packets an RC QP's requester may have sent
@@ -136,13 +86,6 @@ type requester struct {
 	rnrAt     time.Time // end of the RNR wait, zero = not waiting
 	inRetry   bool
 	readGap   bool // a READ response gap was re-requested; cleared by progress
-	// cwnd, when not 0, is a window narrower than unackedLimit's after a
-	// loss (lossCut); it widens again as ACKs come (lossGrow). recoverPSN
-	// is the next PSN at the cut: losses of packets sent before it do not
-	// cut again.
-	cwnd       int32
-	recovering bool
-	recoverPSN PSN
 }
 
 func (r *requester) deadline() time.Time {
@@ -323,10 +266,7 @@ func (qp *QP) sendSegment(w *sendWQE, now time.Time) bool {
 		}
 		if qp.typ == QPTypeRC {
 			qp.req.noAckPkts++
-			// Also the packet that fills the window: a window cut
-			// below maxPktsPerAck (lossCut) would otherwise wait for
-			// an ACK nobody asked for.
-			if last || qp.req.noAckPkts >= maxPktsPerAck || psn.Next().Diff(qp.req.compPSN) >= qp.unackedLimit() {
+			if last || qp.req.noAckPkts >= maxPktsPerAck {
 				h.BTH.AckReq = true
 				qp.req.noAckPkts = 0
 			}
@@ -499,7 +439,6 @@ func (qp *QP) progress(now time.Time) {
 	qp.req.rnrLeft = int(qp.attr.RNRRetry)
 	qp.req.inRetry = false
 	qp.req.readGap = false
-	qp.lossGrow()
 	if qp.req.compPSN == qp.req.psn {
 		qp.req.retxAt = time.Time{}
 	} else if t := qp.ackTimeout(); t > 0 {
@@ -582,7 +521,6 @@ func (qp *QP) handleAck(p PSN, syn wire.Syndrome, now time.Time) {
 			}
 			qp.req.retryLeft--
 			qp.req.inRetry = true
-			qp.lossCut()
 			qp.rewind(p, now)
 			return
 		}
@@ -737,7 +675,6 @@ func (qp *QP) expire(now time.Time) {
 		// responses after it were arriving: at 20 % loss READs ended in
 		// RETRY_EXC_ERR with the peer alive.
 		qp.req.readGap = false
-		qp.lossCut()
 		qp.rewind(qp.req.compPSN, now)
 		if t := qp.ackTimeout(); t > 0 {
 			qp.req.retxAt = now.Add(t)
