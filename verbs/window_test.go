@@ -61,3 +61,24 @@ func TestSetSendWindow(t *testing.T) {
 		t.Errorf("SetSendWindow on UC: %v, want ErrInvalidArgument", err)
 	}
 }
+
+// A loss (NAK or timeout) makes a QP that SetSendWindow widened fall back to
+// the default window for good; the byte bound still applies.
+func TestLossFallsBackToDefaultWindow(t *testing.T) {
+	qp := &QP{pmtu: 4096, typ: QPTypeRC}
+	if err := qp.SetSendWindow(512); err != nil {
+		t.Fatal(err)
+	}
+	qp.lossSeen()
+	if got := qp.unackedLimit(); got != maxUnackedPSNs {
+		t.Fatalf("after a loss: window %d, want %d", got, maxUnackedPSNs)
+	}
+	if err := qp.SetSendWindow(1024); err != nil || qp.unackedLimit() != maxUnackedPSNs {
+		t.Fatalf("a lossy QP widened again: %v, window %d", err, qp.unackedLimit())
+	}
+	plain := &QP{pmtu: 4096, typ: QPTypeRC}
+	plain.lossSeen()
+	if got := plain.unackedLimit(); got != maxUnackedPSNs {
+		t.Fatalf("default QP after a loss: window %d, want %d", got, maxUnackedPSNs)
+	}
+}
