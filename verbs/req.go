@@ -66,7 +66,8 @@ func (qp *QP) lossSeen() { qp.req.lossy = true }
 // ibv_modify_qp attribute: use it only toward a peer known to be tbrdma
 // (its perftest exchange or connection said so), whose 8 MiB socket buffer
 // takes a larger burst. rdma_rxe's responder keeps up with 128; more would
-// only fill its queues. A window of 512 raised write-bw at 4096-byte
+// only fill its queues. After the QP's first loss the default applies
+// again for good (lossSeen): go-back-N pays a window per loss. A window of 512 raised write-bw at 4096-byte
 // packets by ~13 % on the veth link (docs/performance.md): with 128, two
 // ACK intervals (maxPktsPerAck) fill it, and the sender waits for the
 // receiver's turnaround.
