@@ -33,7 +33,13 @@ func encodeTXT(pairs []txtPair) ([]string, error) {
 		if !validKey(p.key) {
 			return nil, fmt.Errorf("%w %q", errTXTKey, p.key)
 		}
-		s := p.key + "=" + p.value
+		// An empty value goes as the key alone (a boolean attribute):
+		// parseTXT reads both forms as "", and a 255-byte key has no
+		// room for the "=" (FuzzTXT found it).
+		s := p.key
+		if p.value != "" {
+			s += "=" + p.value
+		}
 		if len(s) > maxTXTString {
 			return nil, fmt.Errorf("%w: key %q", errTXTTooLong, p.key)
 		}

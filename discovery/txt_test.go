@@ -30,6 +30,12 @@ func TestEncodeTXT(t *testing.T) {
 	if _, err := encodeTXT([]txtPair{{"k", strings.Repeat("v", 253)}}); err != nil {
 		t.Errorf("255-byte string rejected: %v", err)
 	}
+	// An empty value is a boolean attribute: the key alone, so that a
+	// 255-byte key with no value still fits (and parses back the same).
+	long := strings.Repeat("k", 255)
+	if got, err := encodeTXT([]txtPair{{long, ""}, {"flag", ""}}); err != nil || len(got) != 2 || got[0] != long || got[1] != "flag" {
+		t.Errorf("empty values: %q, %v; want the keys alone", got, err)
+	}
 }
 
 func TestParseTXT(t *testing.T) {
