@@ -311,3 +311,52 @@ func oneQP(base *verbstest.Pair, i int) error {
 	}
 	return nil
 }
+
+// TestWindowFallbackAfterLostACKs: a QP with the 512-packet window sends a
+// 300-packet WRITE; the responder gets every packet but all its ACKs are
+// lost until the requester's ACK timeout. The requester then falls back to
+// the 128-packet window and resends from the oldest unacknowledged packet,
+// which can no longer reach the last PSN it had sent; the responder answers
+// the duplicates with an ACK for that last PSN, which must count: dropped
+// as "never sent", every round timed out into RETRY_EXC_ERR. Fake clock.
+func TestWindowFallbackAfterLostACKs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 12 // 16.8 ms
+		ackTimeout := time.Duration(4096<<timeout) * time.Nanosecond
+		p, n := memPair(t, 5, transporttest.Faults{}, verbstest.Options{BufSize: 512 << 10, PathMTU: verbs.MTU1024,
+			Timeout: timeout, RetryCnt: 2, SetRetry: true, RNRRetry: 7})
+		a, b := p.A, p.B
+		if err := a.QP.SetSendWindow(512); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		bAddr := b.Ctx.LocalAddr()
+		n.SetFilter(func(d transporttest.Dir, pkt []byte) transporttest.Verdict {
+			if d.From == bAddr && time.Since(start) < ackTimeout {
+				return transporttest.Drop // every ACK of the first burst
+			}
+			return transporttest.Pass
+		})
+		mustPost(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{a.MR.SGE(0, 300<<10)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()})
+		var wc [1]verbs.WC
+		for {
+			time.Sleep(100 * time.Microsecond)
+			if k, _ := a.CQ.Poll(wc[:]); k == 1 {
+				break
+			}
+			if time.Since(start) > 5*time.Second {
+				t.Fatal("no completion within 5 s")
+			}
+		}
+		if wc[0].Status != verbs.WCSuccess {
+			t.Fatalf("WRITE: %v after %v (timeouts %d), want success", wc[0].Status, time.Since(start), a.Ctx.Counters().Timeouts)
+		}
+		if c := a.Ctx.Counters(); c.Timeouts == 0 {
+			t.Fatalf("no ACK timeout happened: the test did not exercise the fallback (%+v)", c)
+		}
+		p.A.Ctx.Close()
+		p.B.Ctx.Close()
+		n.Close()
+	})
+}

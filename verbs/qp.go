@@ -425,6 +425,7 @@ func (qp *QP) modifyLocked(attr *QPAttr, mask QPAttrMask, now time.Time) error {
 	if mask&QPAttrSQPSN != 0 {
 		qp.req.psn = attr.SQPSN & wire.PSNMask
 		qp.req.compPSN = qp.req.psn
+		qp.req.sentPSN = qp.req.psn
 	}
 	switch to {
 	case QPStateReset:

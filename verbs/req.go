@@ -96,6 +96,7 @@ type requester struct {
 	inRetry   bool
 	readGap   bool // a READ response gap was re-requested; cleared by progress
 	lossy     bool // a loss was seen: SetSendWindow's window no longer applies
+	sentPSN   PSN  // one past the highest PSN sent (psn may be lower after a rewind)
 }
 
 func (r *requester) deadline() time.Time {
@@ -210,6 +211,7 @@ func (qp *QP) sendSegment(w *sendWQE, now time.Time) bool {
 		h.BTH.AckReq = true
 		buf = wire.AppendPacket(buf, &h, nil)
 		qp.req.psn = w.last.Next()
+		qp.noteSent()
 		w.sent = w.npkts
 	case op.isAtomic():
 		h.BTH.Opcode = wire.FetchAdd
@@ -222,6 +224,7 @@ func (qp *QP) sendSegment(w *sendWQE, now time.Time) bool {
 		h.BTH.AckReq = true
 		buf = wire.AppendPacket(buf, &h, nil)
 		qp.req.psn = psn.Next()
+		qp.noteSent()
 		w.sent = 1
 	default:
 		k := w.sent
@@ -290,6 +293,7 @@ func (qp *QP) sendSegment(w *sendWQE, now time.Time) bool {
 				buf = append(buf, zeroPad[:pad+wire.ICRCSize]...)
 				w.sent++
 				qp.req.psn = psn.Next()
+				qp.noteSent()
 				c.queuePayload(buf, src, qp.dst)
 				qp.armRetx(now)
 				return true
@@ -309,6 +313,7 @@ func (qp *QP) sendSegment(w *sendWQE, now time.Time) bool {
 		buf = append(buf, zeroPad[:pad+wire.ICRCSize]...)
 		w.sent++
 		qp.req.psn = psn.Next()
+		qp.noteSent()
 	}
 	c.queue(buf, qp.dst)
 	qp.armRetx(now)
@@ -348,6 +353,7 @@ func (qp *QP) sendUD(w *sendWQE) {
 	// receiver ignores the PSN).
 	h.BTH = wire.BTHFields{Opcode: wire.UDSendOnly, PKey: wire.PKeyDefault, DestQP: w.wr.RemoteQPN, PSN: qp.req.psn}
 	qp.req.psn = qp.req.psn.Next()
+	qp.noteSent()
 	qkey := w.wr.RemoteQKey
 	if qkey&0x80000000 != 0 {
 		qkey = qp.attr.QKey
@@ -382,8 +388,12 @@ func (qp *QP) complete(pkt *wire.Packet, now time.Time) {
 	c := qp.ctx
 	psn := pkt.BTH.PSN()
 	op := pkt.BTH.Opcode()
-	// A response for a PSN never sent is bogus.
-	if psn.Diff(qp.req.psn) >= 0 {
+	// A response for a PSN never sent is bogus. Not qp.req.psn, which a
+	// go-back-N lowers: the responder may hold packets sent before it, and
+	// its ACK for them must count, or a requester whose window shrank
+	// (lossSeen) resends a window that cannot reach that far, drops every
+	// ACK and ends in RETRY_EXC_ERR.
+	if psn.Diff(qp.req.sentPSN) >= 0 {
 		c.ctr.drop(DropResponse)
 		return
 	}
@@ -691,5 +701,12 @@ func (qp *QP) expire(now time.Time) {
 		if t := qp.ackTimeout(); t > 0 {
 			qp.req.retxAt = now.Add(t)
 		}
+	}
+}
+
+// noteSent moves sentPSN up to psn (PSNs compare within the 24-bit window).
+func (qp *QP) noteSent() {
+	if qp.req.psn.Diff(qp.req.sentPSN) > 0 {
+		qp.req.sentPSN = qp.req.psn
 	}
 }
