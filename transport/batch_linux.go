@@ -72,11 +72,9 @@ type sysConn struct {
 	// kwaitNs, when not 0, makes a ReadBatch that finds the socket empty
 	// wait for it in recvmmsg on its own thread, without the runtime's
 	// poller, for up to that many nanoseconds after the last datagram
-	// (SetKernelWait, kernelWait).
+	// (SetKernelWait, kernelWait). The socket is in blocking mode exactly
+	// while it is not 0.
 	kwaitNs atomic.Int64
-	// blocking is set while the socket is in blocking mode for the
-	// kernel wait.
-	blocking atomic.Bool
 }
 
 // recvState belongs to the one goroutine in ReadBatch.
@@ -255,7 +253,7 @@ func (c *udpConn) recvmmsg(fd uintptr) bool {
 // poller: a kernel wait is on and its last datagram is recent enough.
 func (c *udpConn) kernelWaitOpen() bool {
 	kw := c.sys.kwaitNs.Load()
-	return kw > 0 && c.sys.blocking.Load() && !c.closed.Load() && monoNow()-c.sys.rd.last < kw
+	return kw > 0 && !c.closed.Load() && monoNow()-c.sys.rd.last < kw
 }
 
 // kernelWait receives in a recvmmsg that sleeps until the first datagram
@@ -629,7 +627,6 @@ func (c *udpConn) SetKernelWait(d time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("transport: kernel wait: %w", err)
 	}
-	c.sys.blocking.Store(on)
 	c.sys.kwaitNs.Store(int64(max(d, 0)))
 	return nil
 }

@@ -17,12 +17,19 @@ func (r *recorder) Write(b []byte) (int, error) { r.out.Write(b); return r.Conn.
 
 func exchangeVersions(t *testing.T, clientOffer, serverOffer int) (cl, sv *Comm, clOut, svOut []byte) {
 	t.Helper()
+	return exchangeVersionsWith(t, func(cl, sv *Comm) { cl.OfferSegment, sv.OfferSegment = clientOffer, serverOffer })
+}
+
+// exchangeVersionsWith runs ExchangeVersions between a client and a server
+// that set sets up, and returns both and the bytes each wrote.
+func exchangeVersionsWith(t *testing.T, set func(cl, sv *Comm)) (cl, sv *Comm, clOut, svOut []byte) {
+	t.Helper()
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
 	ra, rb := &recorder{Conn: a}, &recorder{Conn: b}
 	cl, sv = NewComm(ra, false), NewComm(rb, true)
-	cl.OfferSegment, sv.OfferSegment = clientOffer, serverOffer
+	set(cl, sv)
 	errc := make(chan error, 1)
 	go func() { _, err := sv.ExchangeVersions(); errc <- err }()
 	if _, err := cl.ExchangeVersions(); err != nil {
@@ -119,29 +126,18 @@ func TestWindowOffer(t *testing.T) {
 		{"segment offer and window offer", true, true, 61440, 0, true, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			a, b := net.Pipe()
-			defer a.Close()
-			defer b.Close()
-			ra, rb := &recorder{Conn: a}, &recorder{Conn: b}
-			cl, sv := NewComm(ra, false), NewComm(rb, true)
-			cl.OfferWindow, sv.OfferWindow = c.client, c.server
-			cl.OfferSegment, sv.OfferSegment = c.clientSeg, c.serverSeg
-			errc := make(chan error, 1)
-			go func() { _, err := sv.ExchangeVersions(); errc <- err }()
-			if _, err := cl.ExchangeVersions(); err != nil {
-				t.Fatalf("client: %v", err)
-			}
-			if err := <-errc; err != nil {
-				t.Fatalf("server: %v", err)
-			}
+			cl, sv, clOut, svOut := exchangeVersionsWith(t, func(cl, sv *Comm) {
+				cl.OfferWindow, sv.OfferWindow = c.client, c.server
+				cl.OfferSegment, sv.OfferSegment = c.clientSeg, c.serverSeg
+			})
 			if cl.PeerWindow != c.want || sv.PeerWindow != c.want {
 				t.Fatalf("window agreed: client %v, server %v, want %v", cl.PeerWindow, sv.PeerWindow, c.want)
 			}
-			if got := bytes.Equal(rb.out.Bytes(), plain); got != c.serverPlain {
-				t.Fatalf("server message %q: plain = %v, want %v", rb.out.Bytes(), got, c.serverPlain)
+			if got := bytes.Equal(svOut, plain); got != c.serverPlain {
+				t.Fatalf("server message %q: plain = %v, want %v", svOut, got, c.serverPlain)
 			}
-			if c.client && c.clientSeg == 0 && !bytes.Equal(ra.out.Bytes()[len(Version)+1:len(Version)+5], []byte("tbw\x00")) {
-				t.Fatalf("client message %q lacks the window offer", ra.out.Bytes())
+			if c.client && c.clientSeg == 0 && !bytes.Equal(clOut[len(Version)+1:len(Version)+5], []byte("tbw\x00")) {
+				t.Fatalf("client message %q lacks the window offer", clOut)
 			}
 		})
 	}
