@@ -290,6 +290,20 @@ type MR struct {
 // Deregister returns. REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE,
 // as in ibverbs.
 func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
+	return pd.regMR(buf, mem.AddrOf(buf), access)
+}
+
+// RegMRAt is RegMR with the region answering at virtual address iova
+// instead of buf's own address (ibv_reg_mr_iova2): SGEs and remote
+// requests name its bytes from iova to iova+len(buf).
+func (pd *PD) RegMRAt(buf []byte, iova uint64, access AccessFlags) (*MR, error) {
+	if iova+uint64(len(buf)) < iova {
+		return nil, fmt.Errorf("verbs: register MR: iova %#x + %d bytes wraps around: %w", iova, len(buf), ErrInvalidArgument)
+	}
+	return pd.regMR(buf, iova, access)
+}
+
+func (pd *PD) regMR(buf []byte, va uint64, access AccessFlags) (*MR, error) {
 	if len(buf) == 0 {
 		return nil, fmt.Errorf("verbs: register MR: empty buffer: %w", ErrInvalidArgument)
 	}
@@ -299,7 +313,7 @@ func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
 	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
 		return nil, fmt.Errorf("verbs: register MR: %v needs LOCAL_WRITE: %w", access, ErrInvalidArgument)
 	}
-	r, ok := pd.ctx.mrs.Register(buf, uint32(access), pd.id)
+	r, ok := pd.ctx.mrs.Register(buf, va, uint32(access), pd.id)
 	if !ok {
 		return nil, fmt.Errorf("verbs: register MR: %d regions registered, the device maximum (verbs.MaxMR): deregister MRs no longer in use, or register one larger buffer instead of many small ones: %w", MaxMR, ErrResourceLimit)
 	}

@@ -11,6 +11,7 @@ import (
 type CompChannel struct {
 	ctx    *Context
 	events chan *CQ
+	notify func(*CQ)
 	once   sync.Once
 	done   chan struct{}
 }
@@ -18,6 +19,19 @@ type CompChannel struct {
 // CreateCompChannel creates a completion channel.
 func (c *Context) CreateCompChannel() (*CompChannel, error) {
 	return &CompChannel{ctx: c, events: make(chan *CQ, 1024), done: make(chan struct{})}, nil
+}
+
+// CreateCompChannelFunc creates a completion channel that hands each event
+// to notify instead of queueing it for GetEvent (which then only waits for
+// Close). notify runs on the goroutine that completed the work, with no
+// lock held; it must not block. It is for callers that deliver events
+// their own way, such as tbrdma's C library, which signals a file
+// descriptor that C programs poll.
+func (c *Context) CreateCompChannelFunc(notify func(*CQ)) (*CompChannel, error) {
+	if notify == nil {
+		return nil, fmt.Errorf("verbs: create completion channel: nil notify func: %w", ErrInvalidArgument)
+	}
+	return &CompChannel{ctx: c, events: make(chan *CQ), notify: notify, done: make(chan struct{})}, nil
 }
 
 // GetEvent blocks until a CQ attached to the channel has an event, or ctx
@@ -136,7 +150,9 @@ func (cq *CQ) push(wc *WC, solicited bool) {
 		cq.events++
 	}
 	cq.mu.Unlock()
-	if notify {
+	if notify && cq.channel.notify != nil {
+		cq.channel.notify(cq)
+	} else if notify {
 		select {
 		case cq.channel.events <- cq:
 			cq.ctx.woke.Store(true)

@@ -555,9 +555,17 @@ func (qp *QP) queueSend(wr *SendWR) error {
 			return fmt.Errorf("verbs: post send on UD QP %v: no address handle: %w", qp.qpn, ErrInvalidArgument)
 		}
 	}
+	inline := wr.Flags&SendInline != 0 && !wr.Opcode.isReadLike()
+	sgl := wr.SGList
+	if inline && wr.Inline != nil {
+		sgl = nil
+	}
 	var length uint64
-	for _, s := range wr.SGList {
+	for _, s := range sgl {
 		length += uint64(s.Length)
+	}
+	if inline && wr.Inline != nil {
+		length = uint64(len(wr.Inline))
 	}
 	if wr.Opcode.isAtomic() && (length != 8 || len(wr.SGList) != 1) {
 		return fmt.Errorf("verbs: post send on QP %v: an atomic needs one 8-byte SGE: %w", qp.qpn, ErrInvalidArgument)
@@ -568,19 +576,21 @@ func (qp *QP) queueSend(wr *SendWR) error {
 	if length > MaxMessageSize {
 		return fmt.Errorf("verbs: post send on QP %v: message of %d bytes exceeds %d: %w", qp.qpn, length, MaxMessageSize, ErrInvalidArgument)
 	}
-	inline := wr.Flags&SendInline != 0 && !wr.Opcode.isReadLike()
 	if inline && int(length) > qp.cap.MaxInlineData {
 		return fmt.Errorf("verbs: post send on QP %v: %d inline bytes, max %d: %w", qp.qpn, length, qp.cap.MaxInlineData, ErrInvalidArgument)
 	}
 	slot := int(qp.sqTail % uint64(len(qp.sq)))
 	w := &qp.sq[slot]
 	*w = sendWQE{wr: *wr, length: uint32(length)}
-	sges := qp.sqSGE[slot*qp.cap.MaxSendSGE : slot*qp.cap.MaxSendSGE+len(wr.SGList)]
-	copy(sges, wr.SGList)
+	sges := qp.sqSGE[slot*qp.cap.MaxSendSGE : slot*qp.cap.MaxSendSGE+len(sgl)]
+	copy(sges, sgl)
 	w.wr.SGList = sges
+	w.wr.Inline = nil
 	if inline {
 		buf := qp.sqInline[slot*qp.cap.MaxInlineData : slot*qp.cap.MaxInlineData+int(length)]
-		if st := qp.ctx.gather(buf, sges, 0, qp.pd.id); st != WCSuccess {
+		if wr.Inline != nil {
+			copy(buf, wr.Inline)
+		} else if st := qp.ctx.gather(buf, sges, 0, qp.pd.id); st != WCSuccess {
 			return fmt.Errorf("verbs: post send on QP %v: inline data: SGE does not name registered memory: %w", qp.qpn, ErrInvalidArgument)
 		}
 		w.wr.SGList = nil

@@ -258,6 +258,12 @@ type SendWR struct {
 	Opcode WROpcode
 	Flags  SendFlags
 	SGList []SGE
+	// Inline, with SendInline, holds the data of an inline send itself,
+	// and SGList is ignored: ibverbs lets inline data come from memory
+	// that is not registered (a C program's stack, say). PostSend copies
+	// it. Without Inline an inline send gathers from SGList, which must
+	// then name registered memory.
+	Inline []byte
 	// ImmData is the immediate value of *_WITH_IMM requests. It travels
 	// big-endian and arrives in WC.ImmData with the same numeric value.
 	ImmData uint32

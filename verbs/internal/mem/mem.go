@@ -77,11 +77,12 @@ func AddrOf(b []byte) uint64 {
 	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
 }
 
-// Register adds a region for buf and returns it. Keys are drawn at random
+// Register adds a region for buf, answering at virtual address va
+// (normally AddrOf(buf)), and returns it. Keys are drawn at random
 // from a cryptographic seed, so a peer cannot guess one; 0, keys in use
 // and the last Quarantine deregistered keys are never handed out. ok is
 // false when the table is full.
-func (t *Table) Register(buf []byte, access, pd uint32) (r *Region, ok bool) {
+func (t *Table) Register(buf []byte, va uint64, access, pd uint32) (r *Region, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.regions) >= t.limit {
@@ -91,7 +92,7 @@ func (t *Table) Register(buf []byte, access, pd uint32) (r *Region, ok bool) {
 	for key == 0 || t.regions[key] != nil || t.inRecent[key] > 0 {
 		key = t.rng.Uint32()
 	}
-	r = &Region{Buf: buf, VA: AddrOf(buf), Key: key, Access: access, PD: pd}
+	r = &Region{Buf: buf, VA: va, Key: key, Access: access, PD: pd}
 	t.regions[key] = r
 	return r, true
 }

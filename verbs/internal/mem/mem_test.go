@@ -5,7 +5,7 @@ import "testing"
 func TestLookupChecks(t *testing.T) {
 	tb := New(4)
 	buf := make([]byte, 100)
-	r, ok := tb.Register(buf, LocalWrite|RemoteRead, 1)
+	r, ok := tb.Register(buf, AddrOf(buf), LocalWrite|RemoteRead, 1)
 	if !ok {
 		t.Fatal("register failed")
 	}
@@ -53,7 +53,7 @@ func TestKeysUnpredictableAndLimited(t *testing.T) {
 	var prev uint32
 	sequential := 0
 	for i := 0; i < 1000; i++ {
-		r, ok := tb.Register(make([]byte, 1), 0, 1)
+		r, ok := tb.Register(make([]byte, 1), 0x1000, 0, 1)
 		if !ok {
 			t.Fatal("register failed below the limit")
 		}
@@ -69,7 +69,7 @@ func TestKeysUnpredictableAndLimited(t *testing.T) {
 	if sequential > 2 {
 		t.Errorf("%d keys followed their predecessor by 1 or 256", sequential)
 	}
-	if _, ok := tb.Register(make([]byte, 1), 0, 1); ok {
+	if _, ok := tb.Register(make([]byte, 1), 0x1000, 0, 1); ok {
 		t.Error("registered past the limit")
 	}
 }
@@ -104,7 +104,7 @@ func TestKeysNotReusedSoon(t *testing.T) {
 	var ones [32]int
 	sequential := 0
 	for i := range n {
-		r, ok := tb.Register(make([]byte, 8), RemoteWrite, 1)
+		r, ok := tb.Register(make([]byte, 8), 0x1000, RemoteWrite, 1)
 		if !ok {
 			t.Fatal("register failed")
 		}
