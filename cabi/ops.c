@@ -23,6 +23,7 @@
 
 static int op_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
 {
+	TB_GUARD_NEG();
 	struct tb_wc buf[TB_CQ_BATCH];
 	int total = 0;
 	if (num_entries <= 0)
@@ -63,6 +64,7 @@ static int op_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
 
 static int op_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 {
+	TB_GUARD_ERR();
 	return tbgo_req_notify_cq(((struct tb_cq *)cq)->h, solicited_only);
 }
 
@@ -148,6 +150,7 @@ static int flush_send(struct tb_qp *q, struct tb_swr *batch, struct ibv_send_wr 
 
 static int op_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
+	TB_GUARD_ERR();
 	struct tb_qp *q = (struct tb_qp *)qp;
 	struct tb_swr batch[BATCH];
 	struct ibv_send_wr *orig[BATCH];
@@ -187,6 +190,7 @@ typedef int (*post_recv_fn)(uintptr_t, struct tb_rwr *, int, int *);
 
 static int post_recv_common(uintptr_t h, post_recv_fn fn, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
 {
+	TB_GUARD_ERR();
 	struct tb_rwr batch[BATCH];
 	struct ibv_recv_wr *orig[BATCH];
 	while (wr) {
@@ -255,6 +259,7 @@ static int op_dealloc_mw(struct ibv_mw *mw)
 static int vop_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *port_attr,
 			  size_t port_attr_len)
 {
+	TB_GUARD_ERR();
 	struct ibv_port_attr a;
 	if (!port_attr)
 		return EINVAL;
@@ -270,6 +275,7 @@ static int vop_query_port(struct ibv_context *context, uint8_t port_num, struct 
 static int vop_query_device_ex(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
 			       struct ibv_device_attr_ex *attr, size_t attr_size)
 {
+	TB_GUARD_ERR();
 	if (input && input->comp_mask)
 		return EINVAL;
 	return tbgo_query_device_ex(TB_CTX(context)->h, attr, attr_size);
@@ -343,6 +349,7 @@ static void wr_start(struct ibv_qp_ex *ibqp)
 
 static int wr_complete(struct ibv_qp_ex *ibqp)
 {
+	TB_GUARD_ERR();
 	struct tb_qp *q = QPX(ibqp);
 	int err = q->batch_err;
 	uint32_t n = q->nbatch;
@@ -605,6 +612,7 @@ static void cqx_expose(struct tb_cq *c)
 
 static int cqx_start_poll(struct ibv_cq_ex *cq, struct ibv_poll_cq_attr *attr)
 {
+	TB_GUARD_ERR();
 	if (attr && attr->comp_mask)
 		return EINVAL;
 	struct tb_cq *c = CQX(cq);

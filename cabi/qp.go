@@ -93,6 +93,21 @@ func tbgo_create_qp(pdh, scqh, rcqh, srqh C.uintptr_t, a *C.struct_ibv_qp_init_a
 		*errp = C.int(errno(err))
 		return nil
 	}
+	qs, en := wrapQP(ps, scq, rcq, ss, qp, a, ex != 0)
+	if en != 0 {
+		qp.Close()
+		*errp = C.int(en)
+		return nil
+	}
+	return &qs.c.qpx.qp_base
+}
+
+// wrapQP makes the C QP for a verbs QP created on ps with the CQs and SRQ
+// given (ss may be nil), writes the QP's actual capacities into a.cap, and
+// takes the uses of the objects it holds. ex says whether ibv_qp_to_qp_ex
+// answers for it (created by ibv_create_qp_ex with send ops). rdma_cm's
+// rdma_create_qp wraps the QP package rdmacm created the same way.
+func wrapQP(ps *pdState, scq, rcq *cqState, ss *srqState, qp *verbs.QP, a *C.struct_ibv_qp_init_attr_ex, ex bool) (*qpState, syscall.Errno) {
 	got := qp.Query().Cap
 	a.cap.max_send_wr = C.uint32_t(got.MaxSendWR)
 	a.cap.max_send_sge = C.uint32_t(got.MaxSendSGE)
@@ -113,7 +128,6 @@ func tbgo_create_qp(pdh, scqh, rcqh, srqh C.uintptr_t, a *C.struct_ibv_qp_init_a
 	b.recv_cq = rcq.ibv()
 	if ss != nil {
 		b.srq = &ss.c.srq
-		ss.uses.hold()
 	}
 	b.qp_num = C.uint32_t(qp.QPN())
 	b.state = C.IBV_QPS_RESET
@@ -121,24 +135,27 @@ func tbgo_create_qp(pdh, scqh, rcqh, srqh C.uintptr_t, a *C.struct_ibv_qp_init_a
 	c.cap_wr = C.uint32_t(got.MaxSendWR)
 	c.cap_sge = C.uint32_t(got.MaxSendSGE)
 	c.cap_inline = C.uint32_t(got.MaxInlineData)
-	c.ex = ex
+	if ex {
+		c.ex = 1
+	}
 	C.tb_init_qp_ex(c)
 	if c.batch == nil {
 		C.free(unsafe.Pointer(c))
-		qp.Close()
-		*errp = C.int(syscall.ENOMEM)
-		return nil
+		return nil, syscall.ENOMEM
 	}
 	ps.uses.hold()
 	scq.uses.hold()
 	rcq.uses.hold()
-	qs := &qpState{ctx: ps.ctx, pd: ps, qp: qp, c: c, scq: scq, rcq: rcq, srq: ss, sigAll: init.SigAll}
+	if ss != nil {
+		ss.uses.hold()
+	}
+	qs := &qpState{ctx: ps.ctx, pd: ps, qp: qp, c: c, scq: scq, rcq: rcq, srq: ss, sigAll: a.sq_sig_all != 0}
 	c.h = C.uintptr_t(cgo.NewHandle(qs))
 	b.handle = C.uint32_t(c.h)
 	objMu.Lock()
 	qpsGo[qp] = qs
 	objMu.Unlock()
-	return b
+	return qs, 0
 }
 
 //export tbgo_destroy_qp

@@ -137,6 +137,18 @@ struct tb_qp {
 
 #define TB_CTX(c) ((struct tb_context *)((char *)(c) - offsetof(struct tb_context, vc.context)))
 
+/* fork(): the Go runtime does not survive in a child (allocation and
+ * garbage collection hang there), so every entry point that would enter Go
+ * refuses in a forked child, once with a message on stderr, with
+ * EOPNOTSUPP. */
+extern volatile int tb_forked;
+int tb_child_refuse(void);
+#define TB_GUARD_PTR() do { if (tb_forked && tb_child_refuse()) { errno = EOPNOTSUPP; return NULL; } } while (0)
+#define TB_GUARD_ERR() do { if (tb_forked && tb_child_refuse()) return EOPNOTSUPP; } while (0)
+#define TB_GUARD_NEG() do { if (tb_forked && tb_child_refuse()) { errno = EOPNOTSUPP; return -1; } } while (0)
+#define TB_GUARD_NEGERR() do { if (tb_forked && tb_child_refuse()) return -EOPNOTSUPP; } while (0)
+#define TB_GUARD_VOID() do { if (tb_forked && tb_child_refuse()) return; } while (0)
+
 /* C helpers the Go side calls. */
 void tb_fill_context_ops(struct tb_context *c);
 void tb_init_qp_ex(struct tb_qp *qp);

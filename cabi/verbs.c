@@ -29,6 +29,30 @@
 
 static uintptr_t ctx_h(struct ibv_context *c) { return TB_CTX(c)->h; }
 
+volatile int tb_forked;
+
+static void tb_after_fork_child(void) { tb_forked = 1; }
+
+__attribute__((constructor)) static void tb_init_fork_guard(void)
+{
+	pthread_atfork(NULL, NULL, tb_after_fork_child);
+}
+
+int tb_child_refuse(void)
+{
+	static int said;
+	if (!said) {
+		said = 1;
+		static const char msg[] =
+			"tbrdma: this process was forked after the RDMA library (tbrdma's libibverbs) started: "
+			"the child cannot use RDMA verbs or rdma_cm (Go's runtime does not survive fork). "
+			"Use them in the parent, or exec a new program in the child.\n";
+		ssize_t r = write(2, msg, sizeof msg - 1);
+		(void)r;
+	}
+	return 1;
+}
+
 int tb_eventfd_write(int fd, uint64_t n)
 {
 	ssize_t r;
@@ -52,6 +76,7 @@ static int eventfd_take(int fd)
 
 struct ibv_device **ibv_get_device_list(int *num_devices)
 {
+	TB_GUARD_PTR();
 	int err = 0;
 	struct ibv_device **l = tbgo_get_device_list(num_devices, &err);
 	if (!l) {
@@ -81,6 +106,7 @@ int ibv_get_device_index(struct ibv_device *device)
 
 struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
+	TB_GUARD_PTR();
 	int err = 0;
 	struct ibv_context *c = tbgo_open_device(device, &err);
 	if (!c)
@@ -92,6 +118,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 
 int ibv_close_device(struct ibv_context *context)
 {
+	TB_GUARD_ERR();
 	if (!context)
 		return EINVAL;
 	pthread_mutex_destroy(&context->mutex);
@@ -107,6 +134,7 @@ struct ibv_context *ibv_import_device(int cmd_fd)
 
 int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *device_attr)
 {
+	TB_GUARD_ERR();
 	if (!context)
 		return EINVAL;
 	return tbgo_query_device(ctx_h(context), device_attr);
@@ -114,6 +142,7 @@ int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *device
 
 int ibv_query_port(struct ibv_context *context, uint8_t port_num, struct _compat_ibv_port_attr *port_attr)
 {
+	TB_GUARD_ERR();
 	if (!context)
 		return EINVAL;
 	return tbgo_query_port(ctx_h(context), port_num, (struct ibv_port_attr *)port_attr);
@@ -121,6 +150,7 @@ int ibv_query_port(struct ibv_context *context, uint8_t port_num, struct _compat
 
 int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, union ibv_gid *gid)
 {
+	TB_GUARD_NEG();
 	if (!context || !gid)
 		return -1;
 	int r = tbgo_query_gid(ctx_h(context), port_num, index, gid->raw, NULL, NULL);
@@ -137,6 +167,7 @@ int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, unio
 int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t gid_index,
 		      struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size)
 {
+	TB_GUARD_ERR();
 	if (!context || !entry || flags)
 		return EINVAL;
 	if (entry_size < sizeof(*entry))
@@ -156,6 +187,7 @@ int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t g
 ssize_t _ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *entries,
 			     size_t max_entries, uint32_t flags, size_t entry_size)
 {
+	TB_GUARD_NEGERR();
 	if (!context || (max_entries && !entries) || flags || entry_size < sizeof(*entries))
 		return -EINVAL;
 	int n = tbgo_gid_table_len(ctx_h(context));
@@ -183,6 +215,7 @@ ssize_t _ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *
 #define TB_GID_TYPE_SYSFS_ROCE_V2 1
 int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index, int *type)
 {
+	TB_GUARD_NEG();
 	if (!context || !type)
 		return -1;
 	union ibv_gid g;
@@ -213,6 +246,7 @@ int ibv_get_pkey_index(struct ibv_context *context, uint8_t port_num, __be16 pke
 
 struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 {
+	TB_GUARD_PTR();
 	if (!context) {
 		errno = EINVAL;
 		return NULL;
@@ -226,6 +260,7 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 
 int ibv_dealloc_pd(struct ibv_pd *pd)
 {
+	TB_GUARD_ERR();
 	if (!pd)
 		return EINVAL;
 	return tbgo_dealloc_pd(TB_H(pd, tb_pd));
@@ -233,6 +268,7 @@ int ibv_dealloc_pd(struct ibv_pd *pd)
 
 static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
 {
+	TB_GUARD_PTR();
 	if (!pd) {
 		errno = EINVAL;
 		return NULL;
@@ -276,6 +312,7 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 
 int ibv_dereg_mr(struct ibv_mr *mr)
 {
+	TB_GUARD_ERR();
 	if (!mr)
 		return EINVAL;
 	return tbgo_dereg_mr(TB_H(mr, tb_mr));
@@ -283,6 +320,7 @@ int ibv_dereg_mr(struct ibv_mr *mr)
 
 struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
 {
+	TB_GUARD_PTR();
 	if (!context) {
 		errno = EINVAL;
 		return NULL;
@@ -301,6 +339,7 @@ struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
 
 int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 {
+	TB_GUARD_ERR();
 	if (!channel)
 		return EINVAL;
 	int fd = channel->fd;
@@ -313,6 +352,7 @@ int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 static struct ibv_cq *create_cq(struct ibv_context *context, int cqe, void *cq_context,
 				struct ibv_comp_channel *channel, int comp_vector, uint64_t wc_flags)
 {
+	TB_GUARD_PTR();
 	if (!context) {
 		errno = EINVAL;
 		return NULL;
@@ -363,6 +403,7 @@ int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 
 int ibv_destroy_cq(struct ibv_cq *cq)
 {
+	TB_GUARD_ERR();
 	if (!cq)
 		return EINVAL;
 	return tbgo_destroy_cq(TB_H(cq, tb_cq));
@@ -370,6 +411,7 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 
 int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
 {
+	TB_GUARD_NEG();
 	if (!channel || !cq || !cq_context) {
 		errno = EINVAL;
 		return -1;
@@ -385,6 +427,7 @@ int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void 
 
 void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 {
+	TB_GUARD_VOID();
 	if (!cq)
 		return;
 	pthread_mutex_lock(&cq->mutex);
@@ -396,6 +439,7 @@ void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 
 int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *event)
 {
+	TB_GUARD_NEG();
 	if (!context || !event) {
 		errno = EINVAL;
 		return -1;
@@ -412,6 +456,7 @@ void ibv_ack_async_event(struct ibv_async_event *event) { (void)event; }
 
 struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *srq_init_attr)
 {
+	TB_GUARD_PTR();
 	if (!pd) {
 		errno = EINVAL;
 		return NULL;
@@ -429,6 +474,7 @@ struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *srq_
 
 int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *srq_attr, int srq_attr_mask)
 {
+	TB_GUARD_ERR();
 	if (!srq)
 		return EINVAL;
 	return tbgo_modify_srq(TB_H(srq, tb_srq), srq_attr, srq_attr_mask);
@@ -436,6 +482,7 @@ int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *srq_attr, int srq_a
 
 int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *srq_attr)
 {
+	TB_GUARD_ERR();
 	if (!srq)
 		return EINVAL;
 	return tbgo_query_srq(TB_H(srq, tb_srq), srq_attr);
@@ -443,6 +490,7 @@ int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *srq_attr)
 
 int ibv_destroy_srq(struct ibv_srq *srq)
 {
+	TB_GUARD_ERR();
 	if (!srq)
 		return EINVAL;
 	return tbgo_destroy_srq(TB_H(srq, tb_srq));
@@ -452,6 +500,7 @@ static uintptr_t cq_h(struct ibv_cq *cq) { return cq ? TB_H(cq, tb_cq) : 0; }
 
 static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr_ex *a, int ex)
 {
+	TB_GUARD_PTR();
 	if (!pd || !a) {
 		errno = EINVAL;
 		return NULL;
@@ -529,6 +578,7 @@ struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
 
 int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 {
+	TB_GUARD_ERR();
 	if (!qp || !attr)
 		return EINVAL;
 	return tbgo_modify_qp(TB_H(qp, tb_qp), attr, attr_mask);
@@ -536,6 +586,7 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 
 int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask, struct ibv_qp_init_attr *init_attr)
 {
+	TB_GUARD_ERR();
 	(void)attr_mask;
 	if (!qp || !attr || !init_attr)
 		return EINVAL;
@@ -553,6 +604,7 @@ int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_
 
 int ibv_destroy_qp(struct ibv_qp *qp)
 {
+	TB_GUARD_ERR();
 	if (!qp)
 		return EINVAL;
 	return tbgo_destroy_qp(TB_H(qp, tb_qp));
@@ -560,6 +612,7 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 
 struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
+	TB_GUARD_PTR();
 	if (!pd || !attr) {
 		errno = EINVAL;
 		return NULL;
@@ -573,6 +626,7 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 
 int ibv_destroy_ah(struct ibv_ah *ah)
 {
+	TB_GUARD_ERR();
 	if (!ah)
 		return EINVAL;
 	return tbgo_destroy_ah(TB_H(ah, tb_ah));
