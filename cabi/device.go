@@ -231,6 +231,10 @@ type engine struct {
 	vctx *verbs.Context
 	refs int // under engMu
 	stop context.CancelFunc
+	done <-chan struct{}
+	w    waiter
+	// spinMu orders the starts and ends of spins (wait.go).
+	spinMu sync.Mutex
 }
 
 var (
@@ -251,8 +255,9 @@ func acquireEngine(d *verbs.Device) (*engine, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &engine{name: d.Name, vctx: vctx, refs: 1, stop: cancel}
+	e := &engine{name: d.Name, vctx: vctx, refs: 1, stop: cancel, done: ctx.Done()}
 	engines[d.Name] = e
+	e.startWait()
 	go e.asyncLoop(ctx)
 	return e, nil
 }

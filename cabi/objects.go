@@ -228,6 +228,12 @@ func tbgo_destroy_comp_channel(h C.uintptr_t) C.int {
 // tbgo_channel_pop takes the event that the caller's read of the channel's
 // eventfd accounted for.
 //
+// tbgo_channel_sleeping is called before the program blocks on the
+// channel's fd (ibv_get_cq_event).
+//
+//export tbgo_channel_sleeping
+func tbgo_channel_sleeping(h C.uintptr_t) { chOf(h).eng.kernelHint() }
+
 //export tbgo_channel_pop
 func tbgo_channel_pop(h C.uintptr_t, cq **C.struct_ibv_cq, cqctx *unsafe.Pointer) C.int {
 	chs := chOf(h)
@@ -256,6 +262,7 @@ type cqState struct {
 	uses      useCount
 	destroyed atomic.Bool
 	delivered atomic.Uint32
+	empties   atomic.Uint32 // empty polls in a row
 }
 
 func (qs *cqState) ibv() *C.struct_ibv_cq { return (*C.struct_ibv_cq)(unsafe.Pointer(&qs.c.cq)) }
@@ -341,6 +348,7 @@ func tbgo_req_notify_cq(h C.uintptr_t, solicited C.int) C.int {
 	if qs.ch == nil {
 		return C.int(syscall.EINVAL)
 	}
+	qs.empties.Store(0)
 	return C.int(errno(qs.cq.ReqNotify(solicited != 0)))
 }
 
@@ -373,7 +381,7 @@ func tbgo_poll_cq(h C.uintptr_t, n C.int, out *C.struct_tb_wc) C.int {
 	var wcs [C.TB_CQ_BATCH]verbs.WC
 	dst := unsafe.Slice(out, int(n))
 	total := 0
-	for total < int(n) {
+	for pass := 0; total < int(n); pass++ {
 		m := min(len(wcs), int(n)-total)
 		got, err := qs.cq.Poll(wcs[:m])
 		if err != nil {
@@ -381,6 +389,9 @@ func tbgo_poll_cq(h C.uintptr_t, n C.int, out *C.struct_tb_wc) C.int {
 				return -1
 			}
 			break
+		}
+		if got == 0 && total == 0 && pass == 0 && qs.eng.receiveInline() {
+			continue // the packets this thread just handled may have completed something
 		}
 		for i := 0; i < got; i++ {
 			w := &wcs[i]
@@ -401,6 +412,11 @@ func tbgo_poll_cq(h C.uintptr_t, n C.int, out *C.struct_tb_wc) C.int {
 		if got < m {
 			break
 		}
+	}
+	if total == 0 {
+		qs.eng.emptyPoll(qs.empties.Add(1))
+	} else {
+		qs.empties.Store(0)
 	}
 	return C.int(total)
 }

@@ -416,6 +416,7 @@ int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void 
 		errno = EINVAL;
 		return -1;
 	}
+	tbgo_channel_sleeping(TB_H(channel, tb_channel));
 	for (;;) {
 		if (eventfd_take(channel->fd))
 			return -1;

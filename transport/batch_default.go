@@ -42,3 +42,6 @@ func (c *udpConn) HoldBusyPoll(delta int) {}
 
 // SetKernelWait is accepted and ignored off Linux.
 func (c *udpConn) SetKernelWait(d time.Duration) error { return nil }
+
+// tryReadBatch is not offered off Linux (InlineReaderOf says so).
+func (c *udpConn) tryReadBatch(msgs []Message) (int, error) { return 0, errNoInlineRead }

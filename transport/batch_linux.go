@@ -75,6 +75,8 @@ type sysConn struct {
 	// (SetKernelWait, kernelWait). The socket is in blocking mode exactly
 	// while it is not 0.
 	kwaitNs atomic.Int64
+	// tryFn is tryReadBatch's receive as a func value, made once.
+	tryFn func(fd uintptr)
 }
 
 // recvState belongs to the one goroutine in ReadBatch.
@@ -176,6 +178,7 @@ func (c *udpConn) initSys(o *Options) error {
 		}
 	}
 	r.fn = c.recvmmsg
+	s.tryFn = func(fd uintptr) { c.recvmmsgOnce(fd) }
 
 	// Send headers: at most one per message.
 	w := &s.wr
@@ -301,6 +304,43 @@ func (c *udpConn) sendmmsg(fd uintptr) bool {
 }
 
 func (c *udpConn) readBatch(msgs []Message) (int, error) {
+	return c.readBatchWith(msgs, false)
+}
+
+// tryReadBatch is readBatch that does not wait: one recvmmsg with
+// MSG_DONTWAIT, and 0 when nothing was queued.
+func (c *udpConn) tryReadBatch(msgs []Message) (int, error) {
+	r := &c.sys.rd
+	if r.next < r.got {
+		n := c.drain(msgs)
+		c.ctr.addIn(&r.t)
+		return n, nil
+	}
+	return c.readBatchWith(msgs, true)
+}
+
+// recvmmsgOnce is tryReadBatch's receive: one attempt, "nothing" is a
+// result rather than a reason to wait.
+func (c *udpConn) recvmmsgOnce(fd uintptr) {
+	r := &c.sys.rd
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+			r.got, r.err = int(n), nil
+			r.last = monoNow()
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			r.got, r.err = 0, nil
+		default:
+			r.got, r.err = 0, e
+		}
+		return
+	}
+}
+
+func (c *udpConn) readBatchWith(msgs []Message, try bool) (int, error) {
 	r := &c.sys.rd
 	for {
 		if r.next >= r.got {
@@ -313,12 +353,22 @@ func (c *udpConn) readBatch(msgs []Message) (int, error) {
 				h.Len = 0
 			}
 			r.got, r.next, r.off = 0, 0, 0
-			if err := c.rc.Read(r.fn); err != nil {
+			if try {
+				// Control, not Read: no readiness wait and no read
+				// deadline (the one that keeps the receive loop out
+				// while a caller reads inline).
+				if err := c.rc.Control(c.sys.tryFn); err != nil {
+					return 0, err
+				}
+			} else if err := c.rc.Read(c.sys.rd.fn); err != nil {
 				return 0, err
 			}
 			c.ctr.readCalls.Add(1)
 			if r.err != nil {
 				return 0, fmt.Errorf("transport: %w", os.NewSyscallError("recvmmsg", r.err))
+			}
+			if r.got == 0 { // tryReadBatch: nothing queued
+				return 0, nil
 			}
 		}
 		n := c.drain(msgs)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -498,3 +499,42 @@ func SetKernelWaitOf(c Conn, d time.Duration) (bool, error) {
 	}
 	return false, nil
 }
+
+// InlineReader is the part of a UDP endpoint that lets a caller take over
+// its receive path for a while (package verbs' inline receive): read what
+// is queued without waiting, and make a reader blocked in ReadBatch give
+// up.
+type InlineReader interface {
+	// TryReadBatch is ReadBatch without waiting: 0 when nothing is
+	// queued. Like ReadBatch it must not run concurrently with another
+	// read.
+	TryReadBatch(msgs []Message) (int, error)
+	// SetReadDeadline makes ReadBatch calls, a blocked one included,
+	// return an error matching os.ErrDeadlineExceeded once t has passed
+	// (a zero t: no deadline). TryReadBatch ignores it.
+	SetReadDeadline(t time.Time) error
+}
+
+var errNoInlineRead = errors.New("transport: inline reads need the Linux batched path")
+
+// InlineReaderOf returns c's InlineReader if c itself (not a wrapper, whose
+// own receive stages would be bypassed) is a UDP endpoint returned by Open
+// on the Linux batched path.
+func InlineReaderOf(c Conn) (InlineReader, bool) {
+	u, ok := c.(*udpConn)
+	if !ok || u.portable != nil || runtime.GOOS != "linux" {
+		return nil, false
+	}
+	return inlineReader{u}, true
+}
+
+type inlineReader struct{ c *udpConn }
+
+func (r inlineReader) TryReadBatch(msgs []Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	return r.c.tryReadBatch(msgs)
+}
+
+func (r inlineReader) SetReadDeadline(t time.Time) error { return r.c.pc.SetReadDeadline(t) }

@@ -135,3 +135,77 @@ func TestCompChannelFunc(t *testing.T) {
 		t.Fatalf("nil func: %v", err)
 	}
 }
+
+// TestInlineReceive: with inline receive on, the caller's ReceiveInline
+// calls handle the packets, in order (the loop may still handle the ones
+// that arrive before it leaves its read); off again, the receive loop
+// takes over as before.
+func TestInlineReceive(t *testing.T) {
+	p := verbstest.NewPair(t, verbstest.Options{})
+	a, b := p.A, p.B
+	if !b.Ctx.SetInlineReceive(true) {
+		t.Fatal("SetInlineReceive on a UDP endpoint: not supported")
+	}
+	const n = 200
+	for i := 0; i < n; i++ {
+		if _, err := b.QP.PostRecv(verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{b.MR.SGE((i%16)*64, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		mustPost(t, a.QP, verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 32)}})
+	}
+	var wc [16]verbs.WC
+	got, handled := 0, 0
+	deadline := time.Now().Add(20 * time.Second)
+	for got < n && time.Now().Before(deadline) {
+		handled += b.Ctx.ReceiveInline()
+		k, err := b.CQ.Poll(wc[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range wc[:k] {
+			if w.Status != verbs.WCSuccess || w.WRID != uint64(got) {
+				t.Fatalf("completion %d: %+v (out of order or failed)", got, w)
+			}
+			got++
+		}
+	}
+	if got != n || handled == 0 {
+		t.Fatalf("inline receive: %d of %d completions, %d packets handled inline", got, n, handled)
+	}
+	a.Wait(t, n)
+	// The loop, out of its read by now, receives nothing while inline
+	// receive is on: a SEND waits for the next ReceiveInline.
+	time.Sleep(20 * time.Millisecond)
+	if _, err := b.QP.PostRecv(verbs.RecvWR{WRID: 1000, SGList: []verbs.SGE{b.MR.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	mustPost(t, a.QP, verbs.SendWR{WRID: 1000, Opcode: verbs.WRSend, SGList: []verbs.SGE{a.MR.SGE(0, 8)}})
+	time.Sleep(50 * time.Millisecond)
+	if k, _ := b.CQ.Poll(wc[:]); k != 0 {
+		t.Fatalf("the receive loop handled a packet while inline receive was on: %+v", wc[0])
+	}
+	for got = 0; got == 0 && time.Now().Before(deadline); {
+		b.Ctx.ReceiveInline()
+		got, _ = b.CQ.Poll(wc[:])
+	}
+	if got != 1 || wc[0].WRID != 1000 {
+		t.Fatalf("SEND after the loop stopped reading: %d completions %+v", got, wc[0])
+	}
+	if !b.Ctx.SetInlineReceive(false) {
+		t.Fatal("SetInlineReceive(false)")
+	}
+	// The loop receives again: a WRITE lands without anyone calling
+	// ReceiveInline.
+	copy(a.Buf, "loop is back")
+	mustPost(t, a.QP, verbs.SendWR{WRID: 9, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(0, 12)}, RemoteAddr: b.MR.Addr() + 2048, RKey: b.MR.RKey()})
+	wantOK(t, a.Wait(t, 1), verbs.WCRDMAWrite)
+	if string(b.Buf[2048:2060]) != "loop is back" {
+		t.Fatalf("after inline receive: %q", b.Buf[2048:2060])
+	}
+	if b.Ctx.ReceiveInline() != 0 {
+		t.Fatal("ReceiveInline read with inline receive off")
+	}
+}

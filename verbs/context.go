@@ -92,6 +92,8 @@ type Context struct {
 	// gathers: the endpoint sends Message.Payload from where it lies, so
 	// payloads of at least zeroCopyMin bytes are not copied into packets.
 	gathers bool
+	// in is the inline receive state (inline.go).
+	in inlineState
 
 	gsi      *GSI
 	async    chan AsyncEvent
@@ -168,6 +170,7 @@ func NewContext(opts *Options) (*Context, error) {
 			return nil, err
 		}
 	}
+	c.in.init(c.conn, max(c.conn.BatchSize(), 1))
 	go c.recvLoop()
 	return c, nil
 }
@@ -524,12 +527,19 @@ func (c *Context) recvLoop() {
 	var pkt wire.Packet
 	var lk qpLookup
 	for {
+		if !c.in.loopMayRead(c.done) {
+			return
+		}
 		k, err := c.conn.ReadBatch(msgs)
 		if err != nil {
+			c.in.rx.Unlock()
 			select {
 			case <-c.done:
 				return
 			default:
+			}
+			if c.in.kicked(err) {
+				continue
 			}
 			if errors.Is(err, ErrClosed) || isClosed(err) {
 				return
@@ -561,6 +571,7 @@ func (c *Context) recvLoop() {
 			runtime.Gosched()
 		}
 		c.flush()
+		c.in.rx.Unlock()
 	}
 }
 

@@ -1,0 +1,160 @@
+//go:build tbrdma_cabi
+
+package main
+
+import (
+	"os"
+	"sync/atomic"
+	"time"
+)
+
+// How an engine's receive loop waits for packets follows what the program
+// does, as the CLI picks it per test (docs/cabi.md, "Waiting"):
+//
+//   - A program that spins on ibv_poll_cq (perftest's and the pingpongs'
+//     default) does the receive loop's work itself: an empty poll reads
+//     the socket and handles what came (verbs.Context.SetInlineReceive,
+//     ReceiveInline), so a packet is picked up by the thread that waits
+//     for it, without a wake-up or a second thread spinning beside it.
+//     Spinning is seen after spinAfter empty polls in a row on one CQ and
+//     ends spinIdle after the last one. Where the transport cannot
+//     (another OS), the receive loop busy-polls instead (SetBusyPoll,
+//     Spinning).
+//   - A program that sleeps in ibv_get_cq_event (-e) gets a receive loop
+//     that sleeps in the kernel (verbs.Context.SetKernelWait), one wake-up
+//     per packet as for a C program.
+//
+// $TBRDMA_WAIT overrides it: "busy" (the receive loop busy-polls while a
+// program spins), "kernel" (always sleep in the kernel), "poller" (neither:
+// the Go runtime's poller), "auto" (default).
+type waitMode uint8
+
+const (
+	waitAuto waitMode = iota
+	waitBusy
+	waitKernel
+	waitPoller
+)
+
+var waitFromEnv = func() waitMode {
+	switch os.Getenv("TBRDMA_WAIT") {
+	case "busy":
+		return waitBusy
+	case "kernel":
+		return waitKernel
+	case "poller":
+		return waitPoller
+	}
+	return waitAuto
+}()
+
+const (
+	spinAfter      = 32
+	spinIdle       = 2 * time.Millisecond
+	busyPollWindow = 2 * time.Millisecond
+	kernelWindow   = 50 * time.Millisecond
+)
+
+// waiter is an engine's wait state.
+type waiter struct {
+	empties atomic.Uint64 // empty polls while spinning, for the watcher
+	spin    atomic.Bool   // a spin is in progress (the watcher runs)
+	inline  atomic.Bool   // and the program's polls receive inline
+	kernel  atomic.Bool   // the receive loop sleeps in the kernel
+}
+
+// startWait applies the mode fixed at open.
+func (e *engine) startWait() {
+	if waitFromEnv == waitKernel {
+		e.kernelHint()
+	}
+}
+
+// emptyPoll is called for a poll that found nothing after n such polls in
+// a row on one CQ.
+func (e *engine) emptyPoll(n uint32) {
+	if n < spinAfter || (waitFromEnv != waitAuto && waitFromEnv != waitBusy) {
+		return
+	}
+	e.w.empties.Add(1)
+	if e.w.spin.Load() {
+		return
+	}
+	e.spinMu.Lock()
+	defer e.spinMu.Unlock()
+	if e.w.spin.Load() {
+		return
+	}
+	e.w.spin.Store(true)
+	if waitFromEnv == waitAuto && e.vctx.SetInlineReceive(true) {
+		e.w.inline.Store(true)
+	} else {
+		e.vctx.SetBusyPoll(busyPollWindow)
+		e.vctx.Spinning(true)
+	}
+	go e.spinWatch()
+}
+
+// stopSpin ends a spin: the receive loop takes over again.
+func (e *engine) stopSpin() {
+	if !e.w.spin.Load() {
+		return
+	}
+	if e.w.inline.Swap(false) {
+		e.vctx.SetInlineReceive(false)
+	} else {
+		e.vctx.Spinning(false)
+		e.vctx.SetBusyPoll(0)
+	}
+	e.w.spin.Store(false)
+}
+
+// receiveInline does the receive loop's work for a program that spins on
+// an empty CQ; it reports whether it handled anything.
+func (e *engine) receiveInline() bool {
+	return e.w.inline.Load() && e.vctx.ReceiveInline() > 0
+}
+
+// spinWatch ends the spin once the program has stopped polling.
+func (e *engine) spinWatch() {
+	t := time.NewTicker(spinIdle)
+	defer t.Stop()
+	last := e.w.empties.Load()
+	for {
+		select {
+		case <-t.C:
+		case <-e.done:
+			return
+		}
+		e.spinMu.Lock()
+		if !e.w.spin.Load() {
+			e.spinMu.Unlock()
+			return
+		}
+		cur := e.w.empties.Load()
+		if cur == last {
+			e.stopSpin()
+			e.spinMu.Unlock()
+			return
+		}
+		e.spinMu.Unlock()
+		last = cur
+	}
+}
+
+// kernelHint is called when the program is about to sleep on a completion
+// channel.
+func (e *engine) kernelHint() {
+	if waitFromEnv != waitAuto && waitFromEnv != waitKernel {
+		return
+	}
+	if e.w.spin.Load() { // the program stops spinning: it is about to sleep
+		e.spinMu.Lock()
+		e.stopSpin()
+		e.spinMu.Unlock()
+	}
+	if e.w.kernel.Load() || !e.w.kernel.CompareAndSwap(false, true) {
+		return
+	}
+	e.vctx.SetKernelWait(kernelWindow)
+}
