@@ -77,6 +77,9 @@ rm -rf "$RUN"
 mkdir -p "$RUN/flags" "$RUN/res"
 HOST=$TBVM_HOST_IP GUEST=$TBVM_GUEST_IP
 PERFTEST="--bind $HOST -x 1 -F --qp-timeout=20"   # for the tbrdma arguments in the matrix
+LIBPERF="-x 1 -F --qp-timeout=20"                 # for stock perftest over the library (exec lines)
+LIB=0   # some pairing runs a stock tool over tbrdma's C library ("exec" lines)
+for t in "${TARGS[@]}"; do [[ $t == exec* ]] && LIB=1; done
 TB_PID=
 cleanup() {
     [ -n "$TB_PID" ] && kill -KILL "$TB_PID" 2>/dev/null
@@ -100,6 +103,15 @@ else
     (cd "$ROOT" && go build -o "$OUT/tbrdma" ./cmd/tbrdma) || tbvm_die "go build ./cmd/tbrdma failed (see above); fix the build first"
 fi
 (cd "$ROOT" && go build -o "$OUT/icrccheck" ./interop/icrccheck) || tbvm_die "go build ./interop/icrccheck failed (see above)"
+if [ $LIB = 1 ]; then
+    # The exec pairings: "tbrdma exec" finds the library in lib/ beside
+    # the binary. build.sh builds both; keep TBRDMA_BIN's tbrdma if given.
+    tbvm_log "building tbrdma's C library into $OUT/lib"
+    keep=
+    [ -n "${TBRDMA_BIN:-}" ] && keep=$OUT/tbrdma.keep && cp "$OUT/tbrdma" "$keep"
+    (cd "$ROOT" && cabi/build.sh "$OUT") >"$OUT/cabi-build.log" 2>&1 || { cat "$OUT/cabi-build.log" >&2; tbvm_die "cabi/build.sh failed (see above)"; }
+    [ -n "$keep" ] && mv "$keep" "$OUT/tbrdma"
+fi
 tbvm_net_up
 
 # ------------------------------------------------------------ guest's job
@@ -320,7 +332,9 @@ data_check() {
             ! grep -qi 'completion with error\|couldn.t' "$g" "$t"; then
             DATA_OK=1
         fi
-        if [ "$tool" = ib_atomic_lat ]; then
+        if [ "$tool" = ib_atomic_lat ] && [ "${tw[0]}" = exec ]; then
+            DATA="$DATA, values: stock tool's own"
+        elif [ "$tool" = ib_atomic_lat ]; then
             # tbrdma checks the atomics' values: as requester the values
             # fetched; as responder its target (perftest's CMP_AND_SWAP swaps
             # 0 for 0, so the target must still be 0).

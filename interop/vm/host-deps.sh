@@ -11,10 +11,17 @@ declare -A PKG=(
     [qemu-system-x86_64]=qemu-system-x86 [debootstrap]=debootstrap [mkfs.ext4]=e2fsprogs
     [cpio]=cpio [gzip]=gzip [tcpdump]=tcpdump [tshark]=tshark [ip]=iproute2 [ss]=iproute2
     [pgrep]=procps [flock]=util-linux [timeout]=coreutils [sha256sum]=coreutils [awk]=mawk
+    [ib_write_bw]=perftest [ibv_rc_pingpong]=ibverbs-utils [rping]=rdmacm-utils [gcc]=gcc
 )
+# The last line: the pairings that run the stock tools over tbrdma's C
+# library on the host (the lib-* lines of interop/matrix.txt) need the tools
+# and, to build the library with cabi/build.sh, gcc and the headers below.
 missing=()
 for prog in "${!PKG[@]}"; do
     command -v "$prog" >/dev/null 2>&1 || missing+=("${PKG[$prog]}")
+done
+for dev in libibverbs-dev librdmacm-dev; do
+    [[ "$(dpkg-query -W -f='${db:Status-Abbrev}' "$dev" 2>/dev/null || true)" == ii* ]] || missing+=("$dev")
 done
 if [ ${#missing[@]} = 0 ]; then
     tbvm_log "host packages: all present ($(qemu-system-x86_64 --version | head -n 1), $(tshark --version 2>/dev/null | head -n 1 | cut -d' ' -f1-3))"
