@@ -36,7 +36,7 @@
 #                 old and new ratios come from the same run (keys old_*)
 #   FI_TCP_ITERS  -I of fi_pingpong tcp msg 1 MiB  (default 300, as the anchors)
 #   FI_RXD_ITERS  -I of fi_pingpong udp rdm 64 B   (default 2000, as the anchors)
-#   SKIP          any of: iperf sockperf libfabric tbrdma
+#   SKIP          any of: iperf sockperf libfabric tbrdma cabi
 #   SUMMARY_ONLY=1 with BENCH_LOGDIR=<a previous run's log dir>: only print
 #                 the table and write the JSON again
 #
@@ -335,6 +335,52 @@ tb_lat() {  # tb_lat KEY CMD [flags...] : t_typical (median) and p99 in us
   log "$k rep $REP: t_typical $5 us (min $3, avg $6, p99 ${8:-?})"
 }
 
+# ------------------------------------------------------------------ the C library
+# lib KEY PROG ARGS... : the stock perftest PROG over tbrdma's C library
+# (LD_LIBRARY_PATH, as tbrdma exec runs it) in both namespaces, with the
+# flags the tbrdma commands get (GID index 1, -F); parses the client's row.
+lib() {
+  local k=$1 prog=$2; shift 2
+  local k2="$k.r$REP" rc row
+  TB_ROW=
+  srv "$k2" 90 env LD_LIBRARY_PATH="$LIBDIR" "$prog" -x 1 -F "$@"
+  wait_listen tcp 18515 || { fail "$k" "server did not listen: $(tail -c 200 "$LOGDIR/$k2.srv.err")"; srv_done "$SRV"; return 1; }
+  cli "$k2" 90 env LD_LIBRARY_PATH="$LIBDIR" "$prog" -x 1 -F "$@" $IP_B
+  rc=$?
+  srv_done "$SRV" 5
+  row=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 5 {l = $0} END {print l}' "$LOGDIR/$k2.cli.out")
+  if [ $rc -ne 0 ] || [ -z "$row" ]; then
+    fail "$k" "rep $REP: rc=$rc $(tail -c 300 "$LOGDIR/$k2.cli.out" "$LOGDIR/$k2.cli.err" | tr '\n' ' ')"
+    return 1
+  fi
+  TB_ROW=$row
+}
+lib_bw() {  # lib_bw KEY SIZE ITERS : ib_write_bw, BW average -> B/s (the unit tbrdma's rows use)
+  local k=$1 s=$2 n=$3
+  lib "$k" ib_write_bw -s "$s" -n "$n" || return
+  set -- $TB_ROW
+  isnum "$4" || { fail "$k" "rep $REP: bad row: $TB_ROW"; return; }
+  rec "$k.bw" B/s "$(awk -v m="$4" 'BEGIN{printf "%.0f", m * 1048576}')"
+  log "$k rep $REP: $4 MB/s average ($2 x $1 B)"
+}
+lib_lat() {  # lib_lat KEY PROG [flags...] : t_typical and p99 in us
+  local k=$1 prog=$2; shift 2
+  lib "$k" "$prog" -s 64 -n "$LAT_ITERS" "$@" || return
+  set -- $TB_ROW
+  isnum "$5" || { fail "$k" "rep $REP: bad row: $TB_ROW"; return; }
+  rec "$k.t_typical" us "$5"; rec "$k.t_avg" us "$6"; rec "$k.t_min" us "$3"
+  isnum "${8:-}" && rec "$k.p99" us "$8"
+  log "$k rep $REP: t_typical $5 us (min $3, avg $6, p99 ${8:-?})"
+}
+lib_cost() {  # lib_cost : cabi/bench/verbs_cost, ns per ibv_post_send and per empty ibv_poll_cq
+  local k=verbs_cost k2="verbs_cost.r$REP" line
+  cli "$k2" 60 env LD_LIBRARY_PATH="$LIBDIR" "$TMPD/verbs_cost" 200000 || { fail "$k" "rep $REP: $(tail -c 200 "$LOGDIR/$k2.cli.err")"; return; }
+  while read -r name v unit; do
+    isnum "$v" && rec "verbs_cost.$name" ns "$v"
+  done <"$LOGDIR/$k2.cli.out"
+  log "verbs_cost rep $REP: $(tr '\n' ' ' <"$LOGDIR/$k2.cli.out")"
+}
+
 # ------------------------------------------------------------------ main
 if [ "${SUMMARY_ONLY:-0}" = 1 ]; then   # re-print the summary of BENCH_LOGDIR's run
   [ -n "${BENCH_LOGDIR:-}" ] && [ -f "$LOGDIR/meta.txt" ] || { echo "SUMMARY_ONLY=1 needs BENCH_LOGDIR of a finished run" >&2; exit 1; }
@@ -359,6 +405,19 @@ else
     || { log "go build failed:"; cat "$LOGDIR/build.log" >&2; exit 1; }
 fi
 TB_VERSION=$("$BIN" version 2>/dev/null | head -1)
+LIBDIR=
+if ! skip cabi; then
+  # The C library (cabi/build.sh) and the stock perftest over it: needs gcc,
+  # libibverbs-dev, librdmacm-dev and perftest; without them, skipped.
+  if command -v ib_write_bw >/dev/null && (cd "$ROOT" && cabi/build.sh "$TMPD/cabi") >"$LOGDIR/cabi-build.log" 2>&1 &&
+    cc -O2 -o "$TMPD/verbs_cost" "$ROOT/cabi/bench/verbs_cost.c" -libverbs >>"$LOGDIR/cabi-build.log" 2>&1; then
+    LIBDIR=$TMPD/cabi/lib
+    log "C library built into $LIBDIR"
+  else
+    log "C library not measured (needs perftest, gcc, libibverbs-dev, librdmacm-dev): $(tail -c 200 "$LOGDIR/cabi-build.log" | tr '\n' ' ')"
+    SKIP="$SKIP cabi"
+  fi
+fi
 OLD_BIN=${TBRDMA_OLD_BIN:-}
 [ -z "$OLD_BIN" ] || [ -x "$OLD_BIN" ] || { echo "bench/run.sh: TBRDMA_OLD_BIN=$OLD_BIN is not executable" >&2; exit 1; }
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -375,6 +434,7 @@ TB_ENV=()       # extra environment for both tbrdma ends
 run_tb() { skip tbrdma || measure "$@"; }
 old() { [ -n "$OLD_BIN" ] && "$@"; return 0; }   # only with TBRDMA_OLD_BIN
 run_kernel() { local s=$1; shift; skip "$s" || measure "$@"; }
+run_lib() { skip cabi || measure "$@"; }
 for ((REP = 1; REP <= REPS; REP++)); do
   wait_quiet
   log "--- repetition $REP of $REPS"
@@ -387,6 +447,7 @@ for ((REP = 1; REP <= REPS; REP++)); do
   fi
   run_kernel iperf iperf udp 65000
   run_tb tb_bw write_bw_1MiB 1048576 "$WB1M_N"
+  run_lib lib_bw lib_write_bw_1MiB 1048576 "$WB1M_N"
   # tbrdma's large-segment extension (both ends pass --large-segments and
   # agree on 61440-byte packets for the 65520-byte link): ~3x the rate, so
   # 3x the messages for about the same time
@@ -401,11 +462,16 @@ for ((REP = 1; REP <= REPS; REP++)); do
   run_tb tb_lat send_lat_64B_event send-lat -e
   run_kernel sockperf sockperf_pp poll
   run_tb tb_lat read_lat_64B_poll read-lat
+  run_lib lib_lat lib_read_lat_64B_poll ib_read_lat
   old run_tb tb_lat old_read_lat_64B_poll read-lat
   run_tb tb_lat write_lat_64B write-lat
   run_kernel libfabric fi_pp libfabric_udp_rdm_64B oneway udp rdm 64 "$FI_RXD_ITERS"
   old run_tb tb_lat old_write_lat_64B write-lat
   run_tb tb_lat send_lat_64B_poll send-lat
+  run_lib lib_lat lib_send_lat_64B_poll ib_send_lat
+  run_tb tb_lat read_lat_64B_event2 read-lat -e
+  run_lib lib_lat lib_read_lat_64B_event ib_read_lat -e
+  run_lib lib_cost
 done
 cleanup
 trap - EXIT
@@ -505,6 +571,14 @@ R = [
      'sockperf_udp64_block.rtt_p50', None, None, 'send-lat is half a round trip'),
     ('write-lat 64 B t_typical x2 / sockperf 64 B busy-poll p50 RTT', 'write_lat_64B.t_typical*2',
      'sockperf_udp64_poll.rtt_p50', None, None, 'write-lat is half a round trip and spins on memory'),
+    # the C library (cabi): stock perftest over it against the same command of tbrdma, same run
+    ('ib_write_bw 1 MiB over the C library / tbrdma write-bw 1 MiB', 'lib_write_bw_1MiB.bw', 'write_bw_1MiB.bw', '>=', 0.9,
+     'stock perftest 4.5 with LD_LIBRARY_PATH at cabi/build.sh\'s library, both ends; IB MTU 4096'),
+    ('ib_read_lat 64 B over the C library t_typical / tbrdma read-lat', 'lib_read_lat_64B_poll.t_typical', 'read_lat_64B_poll.t_typical', '<=', 1.15,
+     'both busy-poll (the library receives inline in the polling thread)'),
+    ('ib_send_lat 64 B over the C library t_typical / tbrdma send-lat', 'lib_send_lat_64B_poll.t_typical', 'send_lat_64B_poll.t_typical', '<=', 1.15, ''),
+    ('ib_read_lat -e 64 B over the C library / tbrdma read-lat -e', 'lib_read_lat_64B_event.t_typical', 'read_lat_64B_event2.t_typical', None, None,
+     'event mode: the second read-lat -e of the repetition, back to back'),
     # the older binary (TBRDMA_OLD_BIN), same run
     ('OLD write-bw 1 MiB / iperf3 UDP 65000 B received', 'old_write_bw_1MiB.bw', 'iperf3_udp65000.recv', None, None, 'TBRDMA_OLD_BIN'),
     ('OLD read-lat 64 B event t_typical / sockperf blocking p50 RTT', 'old_read_lat_64B_event.t_typical',
