@@ -118,11 +118,20 @@ func tbgo_reg_mr(h C.uintptr_t, addr unsafe.Pointer, length C.size_t, iova C.uin
 	ps := pdOf(h)
 	acc := uint(access) &^ uint(accessOptional)
 	switch {
-	case acc&C.IBV_ACCESS_ON_DEMAND != 0 || acc&C.IBV_ACCESS_ZERO_BASED != 0:
+	case acc&C.IBV_ACCESS_ON_DEMAND != 0:
+		// ib_check_mr_access: rxe (6.1) has no on-demand paging.
+		*errp = C.int(syscall.EINVAL)
+		return nil
+	case acc&C.IBV_ACCESS_ZERO_BASED != 0:
 		*errp = C.int(syscall.EOPNOTSUPP)
 		return nil
-	case acc&^uint(accessKnown|accessIgnored) != 0, length == 0, addr == nil:
+	case acc&^uint(accessKnown|accessIgnored) != 0, length == 0,
+		acc&(C.IBV_ACCESS_REMOTE_WRITE|C.IBV_ACCESS_REMOTE_ATOMIC) != 0 && acc&C.IBV_ACCESS_LOCAL_WRITE == 0:
 		*errp = C.int(syscall.EINVAL)
+		return nil
+	case addr == nil:
+		// Page 0 is never mapped: pinning it fails (EFAULT).
+		*errp = C.int(syscall.EFAULT)
 		return nil
 	}
 	write := acc&(C.IBV_ACCESS_LOCAL_WRITE|C.IBV_ACCESS_REMOTE_WRITE|C.IBV_ACCESS_REMOTE_ATOMIC) != 0
@@ -346,7 +355,9 @@ func tbgo_destroy_cq(h C.uintptr_t) C.int {
 func tbgo_req_notify_cq(h C.uintptr_t, solicited C.int) C.int {
 	qs := cqOf(h)
 	if qs.ch == nil {
-		return C.int(syscall.EINVAL)
+		// The kernel arms a CQ without a channel too (rxe_req_notify_cq
+		// returns 0); there is just no one to tell.
+		return 0
 	}
 	qs.empties.Store(0)
 	return C.int(errno(qs.cq.ReqNotify(solicited != 0)))
@@ -546,14 +557,19 @@ type ahState struct {
 // kernel's rdma_check_ah_attr insists, and a source GID index that names an
 // entry of the table.
 func ahAttr(d *verbs.Device, a *C.struct_ibv_ah_attr) (verbs.AHAttr, syscall.Errno) {
-	if a.is_global == 0 {
+	// In the kernel's order (rdma_check_ah_attr, then rdma_get_gid_attr,
+	// then rxe_av_chk_attr): the port must exist (port 0 does not), RoCE
+	// needs a GRH, a source GID index with no entry is ENODATA, and one
+	// naming a RoCE v1 entry (tbrdma's even indices stand for those) is
+	// refused by rxe as EINVAL.
+	if a.port_num != 1 || a.is_global == 0 {
 		return verbs.AHAttr{}, syscall.EINVAL
 	}
 	if _, ok := gidAt(d, int(a.grh.sgid_index)); !ok {
-		return verbs.AHAttr{}, syscall.EINVAL
-	}
-	if a.port_num != 1 && a.port_num != 0 {
-		return verbs.AHAttr{}, syscall.EINVAL
+		if int(a.grh.sgid_index) < gidTableLen(d) {
+			return verbs.AHAttr{}, syscall.EINVAL
+		}
+		return verbs.AHAttr{}, syscall.ENODATA
 	}
 	var out verbs.AHAttr
 	copy(out.DGID[:], unsafe.Slice((*byte)(unsafe.Pointer(&a.grh.dgid)), 16))

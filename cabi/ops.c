@@ -151,10 +151,17 @@ static int flush_send(struct tb_qp *q, struct tb_swr *batch, struct ibv_send_wr 
 static int op_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
 	TB_GUARD_ERR();
+	/* As rxe's provider: no bad_wr, or no work request, is EINVAL before
+	 * anything is queued. */
+	if (!bad_wr)
+		return EINVAL;
+	*bad_wr = NULL;
+	if (!wr)
+		return EINVAL;
 	struct tb_qp *q = (struct tb_qp *)qp;
 	struct tb_swr batch[BATCH];
 	struct ibv_send_wr *orig[BATCH];
-	static __thread uint8_t scratch[BATCH][TB_MAX_INLINE];
+	uint8_t scratch[BATCH][TB_MAX_INLINE]; /* on the stack: static TLS this size stops dlopen (pyverbs) */
 	int n = 0;
 	for (; wr; wr = wr->next) {
 		int r = flatten_send(wr, &batch[n], scratch[n]);
@@ -229,6 +236,12 @@ static int post_recv_common(uintptr_t h, post_recv_fn fn, struct ibv_recv_wr *wr
 
 static int op_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
 {
+	TB_GUARD_ERR();
+	if (!bad_wr)
+		return EINVAL;
+	*bad_wr = NULL;
+	if (!wr)
+		return EINVAL;
 	return post_recv_common(((struct tb_qp *)qp)->h, (post_recv_fn)tbgo_post_recv, wr, bad_wr);
 }
 

@@ -53,8 +53,14 @@ func tbgo_create_qp(pdh, scqh, rcqh, srqh C.uintptr_t, a *C.struct_ibv_qp_init_a
 		typ = verbs.QPTypeUC
 	case C.IBV_QPT_UD:
 		typ = verbs.QPTypeUD
-	default:
+	case C.IBV_QPT_RAW_PACKET, C.IBV_QPT_XRC_SEND, C.IBV_QPT_DRIVER:
+		// The kernel takes them; rxe_qp_chk_init refuses the type.
 		*errp = C.int(syscall.EOPNOTSUPP)
+		return nil
+	default:
+		// XRC_RECV without an XRC domain, or no such type: libibverbs
+		// refuses it before the kernel (EINVAL).
+		*errp = C.int(syscall.EINVAL)
 		return nil
 	}
 	if scqh == 0 || (rcqh == 0 && srqh == 0) {
@@ -189,8 +195,13 @@ const qpMaskKnown = C.IBV_QP_STATE | C.IBV_QP_CUR_STATE | C.IBV_QP_EN_SQD_ASYNC_
 //export tbgo_modify_qp
 func tbgo_modify_qp(h C.uintptr_t, a *C.struct_ibv_qp_attr, mask C.int) C.int {
 	qs := qpOf(h)
-	if a == nil || mask&^qpMaskKnown != 0 {
+	if a == nil {
 		return C.int(syscall.EINVAL)
+	}
+	if mask&^qpMaskKnown != 0 {
+		// libibverbs refuses IBV_QP_RATE_LIMIT and above, the kernel's
+		// uverbs the bits it does not define: EOPNOTSUPP.
+		return C.int(syscall.EOPNOTSUPP)
 	}
 	var attr verbs.QPAttr
 	attr.State = verbs.QPState(a.qp_state)

@@ -97,11 +97,22 @@ func TestUDSendWithGRH(t *testing.T) {
 				t.Fatalf("GRH area % x, want an IPv4 header from %v", grh, a.Ctx.LocalAddr().Addr())
 			}
 		}
-		// A message larger than the path MTU fails locally.
+		// A message larger than the path MTU is not sent and not an error
+		// (IBA C10-93.1.1, as rdma_rxe): it completes successfully, and
+		// the receive posted for it takes the next datagram instead.
+		if _, err := b.QP.PostRecv(verbs.RecvWR{WRID: 10, SGList: []verbs.SGE{b.MR.SGE(0, 40+1024)}}); err != nil {
+			t.Fatal(err)
+		}
 		mustPost(t, a.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
 			SGList: []verbs.SGE{a.MR.SGE(0, 2000)}, AH: ah, RemoteQPN: b.QP.QPN(), RemoteQKey: 0x11111111})
-		if wc := a.Wait(t, 1); wc[0].Status != verbs.WCLocLenErr {
-			t.Fatalf("oversized UD send: %+v", wc[0])
+		if wc := a.Wait(t, 1); wc[0].Status != verbs.WCSuccess || wc[0].WRID != 2 {
+			t.Fatalf("oversized UD send: %+v, want success", wc[0])
+		}
+		mustPost(t, a.QP, verbs.SendWR{WRID: 4, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{a.MR.SGE(0, 4)}, AH: ah, RemoteQPN: b.QP.QPN(), RemoteQKey: 0x11111111})
+		wantOK(t, a.Wait(t, 1), verbs.WCSend)
+		if wc := b.Wait(t, 1); wc[0].Status != verbs.WCSuccess || wc[0].ByteLen != 40+4 {
+			t.Fatalf("receive after the oversized send: %+v, want the 4-byte datagram", wc[0])
 		}
 		// A wrong Q_Key is dropped and counted.
 		before := b.Ctx.Counters().Drops[verbs.DropQKey]

@@ -345,7 +345,11 @@ func (qp *QP) failWQE(w *sendWQE, st WCStatus, now time.Time) {
 func (qp *QP) sendUD(w *sendWQE) {
 	c := qp.ctx
 	if int(w.length) > qp.pmtu {
-		qp.completeSend(w, WCLocLenErr)
+		// IBA C10-93.1.1, as rdma_rxe does: a UD message larger than the
+		// MTU is not sent, and not an error either: it completes
+		// successfully (and uses up its PSN).
+		qp.req.psn = qp.req.psn.Next()
+		qp.completeSend(w, WCSuccess)
 		return
 	}
 	var h wire.Headers

@@ -128,16 +128,13 @@ func (qp *QP) respondRC(pkt *wire.Packet, now time.Time) {
 			r.inRecv = true
 			r.recvOff = 0
 		}
-		if r.recvOff+n > r.recv.size {
-			// The message does not fit the receive buffer.
-			wc := WC{Status: WCLocLenErr, Opcode: WCRecv, SrcQP: qp.attr.DestQPN}
-			r.inRecv = false
-			qp.completeRecv(&r.recv, &wc, false)
-			qp.nakInvalid(psn, now)
-			return
-		}
-		if st := c.scatter(r.recv.sgl, r.recvOff, pkt.Payload, qp.pd.id); st != WCSuccess {
-			wc := WC{Status: st, Opcode: WCRecv, SrcQP: qp.attr.DestQPN}
+		// The message does not fit the receive buffer, or the receive's
+		// SGEs do not name writable memory of the PD: as rdma_rxe's
+		// responder (copy_data fails, a malformed WQE, class A) the
+		// receive completes with LOC_QP_OP_ERR, the requester gets NAK
+		// remote operation error, and nothing is placed outside the SGEs.
+		if r.recvOff+n > r.recv.size || c.scatter(r.recv.sgl, r.recvOff, pkt.Payload, qp.pd.id) != WCSuccess {
+			wc := WC{Status: WCLocQPOpErr, Opcode: WCRecv, SrcQP: qp.attr.DestQPN}
 			r.inRecv = false
 			qp.completeRecv(&r.recv, &wc, false)
 			qp.nak(psn, wire.SyndromeRemoteOp, now)

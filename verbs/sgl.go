@@ -5,8 +5,12 @@ import (
 )
 
 // gather copies len(dst) bytes starting at byte off of the message the SGE
-// list describes into dst. It returns WCLocProtErr when an SGE does not name
-// registered memory of pd, and WCLocLenErr when the list is too short.
+// list describes into dst. Like rdma_rxe's requester it returns
+// WCLocQPOpErr when an SGE's lkey names no region of pd (rxe's lookup_mr
+// fails: copy_data's -EINVAL, which rxe_requester reports as
+// IB_WC_LOC_QP_OP_ERR), WCLocProtErr when the SGE reaches outside its
+// region (mr_check_range: -EFAULT, IB_WC_LOC_PROT_ERR), and WCLocLenErr
+// when the list is too short.
 func (c *Context) gather(dst []byte, sgl []SGE, off uint64, pd uint32) WCStatus {
 	c.mrs.RLock()
 	defer c.mrs.RUnlock()
@@ -25,7 +29,7 @@ func (c *Context) gather(dst []byte, sgl []SGE, off uint64, pd uint32) WCStatus 
 		}
 		src, st := c.mrs.Lookup(uint32(s.LKey), pd, s.Addr+off, n, 0)
 		if st != mem.OK {
-			return WCLocProtErr
+			return gatherStatus(st)
 		}
 		copy(dst, src)
 		dst = dst[n:]
@@ -35,6 +39,15 @@ func (c *Context) gather(dst []byte, sgl []SGE, off uint64, pd uint32) WCStatus 
 		return WCLocLenErr
 	}
 	return WCSuccess
+}
+
+// gatherStatus is the completion status of a requester whose SGE failed
+// the lookup with st.
+func gatherStatus(st mem.Status) WCStatus {
+	if st == mem.OutOfRange {
+		return WCLocProtErr
+	}
+	return WCLocQPOpErr
 }
 
 // contiguous returns the n bytes at byte off of the message the SGE list

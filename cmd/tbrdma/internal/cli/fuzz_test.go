@@ -35,6 +35,7 @@ var hookedCommands = []func(*Factory) *cobra.Command{
 	func(f *Factory) *cobra.Command { return newCmdPeers(f, nop[peersOptions]) },
 	func(f *Factory) *cobra.Command { return newCmdVersion(f, nop[versionOptions]) },
 	func(f *Factory) *cobra.Command { return newCmdCompletion(f, nop[completionOptions]) },
+	func(f *Factory) *cobra.Command { return newCmdExec(f, nop[execOptions]) },
 }
 
 // nop is a run hook that does nothing.
@@ -150,4 +151,7 @@ var cliSeeds = [][]string{
 	{"completion", "powershell"},
 	{"__complete", "pingpong", "--"},
 	{"--debug", "--no-color", "version"},
+	{"exec"},
+	{"exec", "--print-libdir", "ib_write_bw"},
+	{"exec", "--", "ib_write_bw", "-x", "1", "--help", "198.18.0.1"},
 }

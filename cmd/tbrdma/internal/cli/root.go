@@ -44,6 +44,7 @@ var commands = []func(*Factory) *cobra.Command{
 	func(f *Factory) *cobra.Command { return newCmdPeers(f, nil) },
 	func(f *Factory) *cobra.Command { return newCmdVersion(f, nil) },
 	func(f *Factory) *cobra.Command { return newCmdCompletion(f, nil) },
+	func(f *Factory) *cobra.Command { return newCmdExec(f, nil) },
 }
 
 // Main runs tbrdma with the process's arguments and returns its exit code.
