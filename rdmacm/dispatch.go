@@ -537,6 +537,7 @@ func (d *dispatcher) handleREQ(now time.Time, p *verbs.MADPacket, msg cmwire.Mes
 	child.pathMTU = min(verbs.MTU(req.PathMTU()), d.vctx.ActiveMTU())
 	child.setRequestAddrs(hdr, port)
 	child.req = req.Fields()
+	child.rqPSN = wire.PSN(rand.Uint32()) & wire.PSNMask
 	child.conn = fsm.NewPassive(d.newCommID(), msg, 0)
 	d.conns[child.conn.LocalID] = child
 	child.rkey = remoteKey{req.LocalCAGUID(), req.LocalCommID()}

@@ -90,6 +90,10 @@ type ID struct {
 	pendingOn *ID
 	// estParam is what ESTABLISHED reports on the active side.
 	estParam ConnParam
+	// rep is what the active side's REP said that its QP's RTR and RTS
+	// attributes take (InitQPAttr); haveREP says it arrived.
+	rep     repQPInfo
+	haveREP bool
 	// segOffer is the large-segment size the REQ offered (passive side),
 	// segAgreed what Accept agreed to (segment.go).
 	segOffer, segAgreed int
@@ -577,6 +581,9 @@ func (id *ID) onREP(now time.Time, msg cmwire.Message) {
 		FlowControl: rep.EndToEndFlowControl(), RNRRetryCount: rep.RNRRetryCount(), SRQ: rep.SRQ(), QPNum: uint32(rep.LocalQPN()),
 		SegmentSize: seg}
 	id.indexQP(rep.LocalQPN(), rep.LocalCAGUID())
+	id.rep = repQPInfo{qpn: rep.LocalQPN(), psn: rep.StartingPSN(), ackDelay: rep.TargetACKDelay(),
+		rnrRetry: rep.RNRRetryCount(), respRes: rep.ResponderResources()}
+	id.haveREP = true
 	if id.qp == nil {
 		// The application moves its QP and calls Establish.
 		id.ch.post(&Event{Type: EventConnectResponse, ID: id, Param: param})
@@ -651,7 +658,8 @@ func (id *ID) Accept(p *ConnParam) error {
 		return fmt.Errorf("rdmacm: accept: no QP: %w", ErrInvalidState)
 	}
 	respRes, initDepth := clampRes(p.ResponderResources), clampRes(p.InitiatorDepth)
-	id.rqPSN = wire.PSN(rand.Uint32()) & wire.PSNMask
+	// id.rqPSN was chosen with the request (handleREQ), so that InitQPAttr
+	// can give it before Accept.
 	if id.qp != nil {
 		err := id.modifyQP(accessFor(respRes),
 			&verbs.QPAttr{PathMTU: id.pathMTU, DestQPN: req.LocalQPN, RQPSN: id.rqPSN, MaxDestRdAtomic: respRes, SegmentSize: seg},
@@ -678,6 +686,8 @@ func (id *ID) Accept(p *ConnParam) error {
 		id.pskREP = id.psk.sign(pskREP, id.pskREQ[:], mad)
 	}
 	id.segAgreed = seg
+	id.param = ConnParam{ResponderResources: respRes, InitiatorDepth: initDepth, FlowControl: p.FlowControl,
+		RNRRetryCount: p.RNRRetryCount} // what InitQPAttr gives from now on
 	id.conn.LocalQPN = qpn
 	id.unpend()
 	id.state = stateConnect
