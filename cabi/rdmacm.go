@@ -1074,8 +1074,18 @@ func tbgo_cm_connect(h C.uintptr_t, p *C.struct_rdma_conn_param) C.int {
 			return C.int(syscall.EINVAL)
 		}
 	}
+	// A REJ for want of a listener sends the REQ again for a second
+	// before REJECTED (rdmacm.ID.SetNoListenerRetry): perftest -R connects
+	// its test QP right after the exchange, before a slower server (a
+	// stock rxe host) listens again, and its own retry reuses the IDs it
+	// just destroyed. The kernel reports the first REJ.
+	g.SetNoListenerRetry(noListenerRetry)
 	return C.int(errno(g.Connect(cp)))
 }
+
+// noListenerRetry is how long a connection keeps trying while nothing
+// listens at the peer's port (docs/cabi.md).
+const noListenerRetry = time.Second
 
 //export tbgo_cm_accept
 func tbgo_cm_accept(h C.uintptr_t, p *C.struct_rdma_conn_param) C.int {

@@ -324,3 +324,53 @@ func TestUnreachable(t *testing.T) {
 		}
 	})
 }
+
+// TestNoListenerRetry: with SetNoListenerRetry a REQ refused for want of a
+// listener goes again until one listens (a client started together with
+// its server), and without one REJECTED comes once the window has passed.
+func TestNoListenerRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPair(t, false)
+		defer p.close()
+		other, _ := rdmacm.CreateEventChannel(nil)
+		oid, _ := other.CreateID(p.b, rdmacm.PSTCP)
+		defer oid.Destroy()
+
+		dial := func(port uint16) (*rdmacm.EventChannel, *rdmacm.ID) {
+			ch, _ := rdmacm.CreateEventChannel(nil)
+			id, _ := ch.CreateID(p.a, rdmacm.PSTCP)
+			id.SetNoListenerRetry(time.Second)
+			must(t, id.ResolveAddr(netip.AddrPortFrom(p.b.LocalAddr().Addr(), port).String(), time.Second))
+			waitEvent(t, ch, rdmacm.EventAddrResolved)
+			must(t, id.ResolveRoute(time.Second))
+			waitEvent(t, ch, rdmacm.EventRouteResolved)
+			newEnd(t, id)
+			must(t, id.Connect(nil))
+			return ch, id
+		}
+
+		// The listener comes 300 ms after the first REQ.
+		ch, id := dial(7401)
+		defer id.Destroy()
+		time.Sleep(300 * time.Millisecond)
+		lch, _ := rdmacm.CreateEventChannel(nil)
+		lid, _ := lch.CreateID(p.b, rdmacm.PSTCP)
+		defer lid.Destroy()
+		must(t, lid.Bind(netip.AddrPortFrom(p.b.LocalAddr().Addr(), 7401)))
+		must(t, lid.Listen(0))
+		req := waitEvent(t, lch, rdmacm.EventConnectRequest)
+		newEnd(t, req.ID)
+		must(t, req.ID.Accept(nil))
+		defer req.ID.Destroy()
+		waitEvent(t, ch, rdmacm.EventEstablished)
+
+		// Nobody ever listens: REJECTED after the second, not at once.
+		start := time.Now()
+		ch2, id2 := dial(7402)
+		defer id2.Destroy()
+		ev := waitEvent(t, ch2, rdmacm.EventRejected)
+		if el := time.Since(start); ev.Status != 8 || el < 900*time.Millisecond || el > 1100*time.Millisecond {
+			t.Fatalf("REJECTED status %d after %v, want 8 after ~1 s", ev.Status, el)
+		}
+	})
+}

@@ -114,6 +114,11 @@ type ID struct {
 	half     halfOpen
 	halfOn   *ID
 	halfPeer netip.Addr
+	// No-listener retries (SetNoListenerRetry): how long after Connect a
+	// REJ 8 sends the REQ again, the REQ to send, and when Connect ran.
+	noListenFor time.Duration
+	reqFields   cmwire.REQFields
+	connectedAt time.Time
 }
 
 // CreateID creates an ID on vctx in port space ps (rdma_create_id). Its
@@ -474,10 +479,8 @@ func (id *ID) Connect(p *ConnParam) error {
 	id.param.ResponderResources = clampRes(p.ResponderResources)
 	id.param.InitiatorDepth = clampRes(p.InitiatorDepth)
 	id.rqPSN = wire.PSN(rand.Uint32()) & wire.PSNMask
-	local := d.newCommID()
 	srcPort, dstPort := id.local.Port(), id.remote.Port()
 	f := cmwire.REQFields{
-		LocalCommID:             local,
 		ServiceID:               cmwire.ServiceID(cmwire.PortSpace(id.ps), dstPort),
 		LocalCAGUID:             d.guid,
 		LocalQPN:                qpn,
@@ -510,17 +513,66 @@ func (id *ID) Connect(p *ConnParam) error {
 	if id.psk != nil {
 		reservePSK(f.PrivateData[:], p.SegmentSize != 0, false)
 	}
+	id.reqFields = f
+	id.connectedAt = time.Now()
+	id.state = stateConnect
+	id.sendREQ(id.connectedAt)
+	return nil
+}
+
+// sendREQ starts the active side's state machine with a REQ built from
+// id.reqFields under a fresh local communication ID. d.mu is held.
+func (id *ID) sendREQ(now time.Time) {
+	d := id.d
+	local := d.newCommID()
+	f := id.reqFields
+	f.LocalCommID = local
 	tid := cmwire.KernelTID(d.hiTID, local)
 	mad := cmwire.AppendMAD(nil, tid, f)
 	if id.psk != nil {
 		id.pskREQ = id.psk.sign(pskREQ, nil, mad)
 	}
-	id.conn = fsm.NewActive(local, tid, qpn, fsm.ActiveTiming(cmResponseTimeout, packetLifetime, maxCMRetries))
+	id.conn = fsm.NewActive(local, tid, f.LocalQPN, fsm.ActiveTiming(cmResponseTimeout, packetLifetime, maxCMRetries))
 	d.conns[local] = id
-	id.state = stateConnect
-	id.apply(time.Now(), id.conn.Connect(time.Now(), mad))
+	id.apply(now, id.conn.Connect(now, mad))
 	d.wake()
-	return nil
+}
+
+// noListenerRetryDelay is how long a connection refused for want of a
+// listener waits before its REQ goes again (SetNoListenerRetry).
+const noListenerRetryDelay = 50 * time.Millisecond
+
+// SetNoListenerRetry makes Connect send its REQ again, every 50 ms, while
+// the peer answers REJ 8 (nothing listens on the port) and d has not passed
+// since Connect; only then is REJECTED reported. A client may then start
+// together with its server, as perftest -R's test connection needs: it
+// connects right after the exchange, before a slow server listens again,
+// and its own retry reuses the IDs it has just destroyed. 0 (the default,
+// as the kernel) reports the first REJ. Call it before Connect.
+func (id *ID) SetNoListenerRetry(d time.Duration) {
+	id.d.mu.Lock()
+	id.noListenFor = max(d, 0)
+	id.d.mu.Unlock()
+}
+
+// retryNoListener reports whether a REJ with reason is to be answered by
+// another REQ instead of REJECTED, and schedules it. d.mu is held.
+func (id *ID) retryNoListener(now time.Time, reason RejectReason) bool {
+	if reason != RejectInvalidServiceID || id.noListenFor == 0 || !id.conn.Active() ||
+		now.Add(noListenerRetryDelay).Sub(id.connectedAt) > id.noListenFor {
+		return false
+	}
+	conn := id.conn
+	time.AfterFunc(noListenerRetryDelay, func() {
+		d := id.d
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if id.state != stateConnect || id.conn != conn {
+			return // destroyed or disconnected meanwhile
+		}
+		id.sendREQ(time.Now())
+	})
+	return true
 }
 
 // accessFor is the QP access the CM grants (roce-wire.md §6.10): remote
@@ -819,6 +871,9 @@ func (id *ID) apply(now time.Time, r fsm.Result) {
 		rej := r.Msg.REJ()
 		pd := append([]byte(nil), rej.PrivateData()...)
 		reason := RejectReason(rej.Reason())
+		if id.retryNoListener(now, reason) {
+			break
+		}
 		id.ch.post(&Event{Type: EventRejected, ID: id, Status: int(reason), Param: ConnParam{PrivateData: pd},
 			Err: &RejectError{Reason: reason, PrivateData: pd, Auth: isAuthReject(reason, pd)}})
 	case fsm.EvUnreachable:

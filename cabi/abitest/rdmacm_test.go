@@ -244,9 +244,10 @@ func TestRdmacmServerClient(t *testing.T) {
 
 // TestRdmacmRefused connects to a port nobody listens on, on a machine
 // whose CM answers (an rping server listens on another port): each
-// program must stop at once with the kernel's status, REJECTED 8 (invalid
+// program must stop soon with the kernel's status, REJECTED 8 (invalid
 // service ID), ECONNREFUSED from a synchronous rdma_connect, UNREACHABLE 1
-// (SIDR: service ID not supported) for UD.
+// (SIDR: service ID not supported) for UD. (An RC connection tries for a
+// second before it reports REJECTED 8: docs/cabi.md.)
 func TestRdmacmRefused(t *testing.T) {
 	need(t, "rping", "rdma_client", "udaddy", "stdbuf")
 	l := NewLink(t)
