@@ -32,7 +32,7 @@ map=$(pwd)/cabi/libtbrdma.map
 CGO_ENABLED=1 go build -tags tbrdma_cabi -buildmode=c-shared -trimpath \
 	-ldflags "-extldflags '-Wl,--version-script=$map -Wl,-soname,libibverbs.so.1'" \
 	-o "$out/lib/libibverbs.so.1" ./cabi
-rm -f "$out/lib/libibverbs.so.1.h"
+rm -f "$out/lib/libibverbs.so.1.h" "$out/lib/libibverbs.so.h"
 ln -sf libibverbs.so.1 "$out/lib/librdmacm.so.1"
 go build -o "$out/tbrdma" ./cmd/tbrdma
 echo "built $out/lib/libibverbs.so.1 (and librdmacm.so.1 -> it), $out/tbrdma"

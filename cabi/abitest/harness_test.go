@@ -22,8 +22,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -155,6 +158,9 @@ func Start(t testing.TB, cmd *exec.Cmd) *Started {
 	s := &Started{cmd: cmd, buf: &syncBuffer{}, start: time.Now(), done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = s.buf, s.buf
 	cmd.WaitDelay = 2 * time.Second
+	// The context's end kills what the command started too (a shell's
+	// children, tbrdma exec's program), not only the command.
+	cmd.Cancel = func() error { killTree(cmd.Process.Pid); return nil }
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %v: %v", cmd.Args, err)
 	}
@@ -167,11 +173,42 @@ func Start(t testing.TB, cmd *exec.Cmd) *Started {
 		select {
 		case <-s.done:
 		default:
-			cmd.Process.Kill()
+			killTree(cmd.Process.Pid)
 			<-s.done
 		}
 	})
 	return s
+}
+
+// killTree kills pid and every process under it (SIGKILL), children
+// first, so that none is left behind reparented to init.
+func killTree(pid int) {
+	for _, c := range children(pid) {
+		killTree(c)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// children lists the processes whose parent is pid (from /proc).
+func children(pid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var kids []int
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			kids = append(kids, c)
+		}
+	}
+	return kids
 }
 
 // Wait waits for the command to end.
@@ -241,4 +278,296 @@ func Pair(t testing.TB, timeout time.Duration, server, client func(ctx context.C
 	cli = c.Wait()
 	srv = s.Wait()
 	return srv, cli
+}
+
+// End is one side of a pairing: argv run in a namespace over the library
+// (Lib) or without it (Native: the tbrdma CLI).
+type End struct {
+	Lib  bool
+	Argv []string
+	// Stop, for a server that never ends by itself (tbrdma serve), is
+	// sent to it once its client ended; it must then exit 0.
+	Stop os.Signal
+}
+
+// Lib is argv run over the library (LD_LIBRARY_PATH).
+func Lib(argv ...string) End { return End{Lib: true, Argv: argv} }
+
+// Native is argv run without the library.
+func Native(argv ...string) End { return End{Argv: argv} }
+
+func (e End) String() string {
+	how := "native"
+	if e.Lib {
+		how = "library"
+	}
+	return how + ": " + strings.Join(e.Argv, " ")
+}
+
+// Cmd is the command that runs e in ns. A program over the library runs
+// under stdbuf -oL (coreutils; when installed): its stdout is a pipe here,
+// and a program killed at a timeout would otherwise lose what it printed
+// into its stdio buffer, the part of the output a failure needs most.
+func (e End) Cmd(ctx context.Context, t testing.TB, ns string) *exec.Cmd {
+	t.Helper()
+	if e.Lib {
+		argv := e.Argv
+		if sb, err := exec.LookPath("stdbuf"); err == nil {
+			argv = append([]string{sb, "-oL"}, argv...)
+		}
+		return Command(ctx, t, ns, argv...)
+	}
+	return CommandNative(ctx, ns, e.Argv...)
+}
+
+// Ready waits until a server started in ns is ready for its client, or
+// fails with the reason (ctx ended, the server ended).
+type Ready func(ctx context.Context, ns string, s *Started) error
+
+// TCPListen is ready when a TCP socket listens on port in the namespace
+// (the pingpong and perftest side channel), seen with ss, never with a
+// probe connection: the server would take it for its client.
+func TCPListen(port int) Ready {
+	return func(ctx context.Context, ns string, s *Started) error {
+		return pollReady(ctx, s, fmt.Sprintf("a TCP listener on port %d", port), func() bool {
+			out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns,
+				"ss", "-Hltn", fmt.Sprintf("sport = :%d", port)).Output()
+			return err == nil && len(bytes.TrimSpace(out)) > 0
+		})
+	}
+}
+
+// UDPBound is ready when a UDP socket is bound to port in the namespace
+// (RoCEv2's 4791: the device is open) and settle more has passed. An
+// rdma_cm listener in user space has no socket of its own to look for.
+func UDPBound(port int, settle time.Duration) Ready {
+	return func(ctx context.Context, ns string, s *Started) error {
+		err := pollReady(ctx, s, fmt.Sprintf("a UDP socket on port %d", port), func() bool {
+			return udpBound(ctx, ns, port)
+		})
+		if err != nil {
+			return err
+		}
+		select {
+		case <-time.After(settle):
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.done:
+			return fmt.Errorf("the server ended before its client started")
+		}
+		return nil
+	}
+}
+
+// CMListening is ready when the server (or a process under it) has a
+// thread blocked in read(2) on an eventfd, the library's
+// rdma_get_cm_event waiting on an event channel, while UDP 4791 is bound
+// in the namespace; then settle more. A C rdma_cm server calls
+// rdma_listen before it waits for its CONNECT_REQUEST, so this sees the
+// listener without touching it (rping's event thread waits before the
+// listen: settle covers the listen that follows at once). Where
+// /proc/PID/syscall cannot tell, it falls back to UDPBound(4791, 1 s).
+func CMListening(settle time.Duration) Ready {
+	readNo, ok := map[string]int{"amd64": 0, "arm64": 63}[runtime.GOARCH]
+	if !ok {
+		return UDPBound(4791, time.Second)
+	}
+	return func(ctx context.Context, ns string, s *Started) error {
+		err := pollReady(ctx, s, "an rdma_cm event wait (a thread in read(2) on an eventfd) with UDP 4791 bound", func() bool {
+			return waitsOnEventfd(s.cmd.Process.Pid, readNo) && udpBound(ctx, ns, 4791)
+		})
+		if err != nil {
+			return err
+		}
+		select {
+		case <-time.After(settle):
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.done:
+			return fmt.Errorf("the server ended before its client started")
+		}
+		return nil
+	}
+}
+
+func udpBound(ctx context.Context, ns string, port int) bool {
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns,
+		"ss", "-Hlun", fmt.Sprintf("sport = :%d", port)).Output()
+	return err == nil && len(bytes.TrimSpace(out)) > 0
+}
+
+// waitsOnEventfd reports whether a thread of pid or of a process under it
+// is in the read system call (number readNo) on an eventfd.
+func waitsOnEventfd(pid, readNo int) bool {
+	for _, c := range children(pid) {
+		if waitsOnEventfd(c, readNo) {
+			return true
+		}
+	}
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/syscall", pid, task.Name()))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b)) // number arg0 ... (arg0: the fd, in hex)
+		if len(f) < 2 || f[0] != strconv.Itoa(readNo) {
+			continue
+		}
+		fd, err := strconv.ParseInt(strings.TrimPrefix(f[1], "0x"), 16, 64)
+		if err != nil {
+			continue
+		}
+		if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", pid, fd)); l == "anon_inode:[eventfd]" {
+			return true
+		}
+	}
+	return false
+}
+
+// OutputReady is ready when the server printed want.
+func OutputReady(want string) Ready {
+	return func(ctx context.Context, ns string, s *Started) error {
+		return pollReady(ctx, s, fmt.Sprintf("%q in its output", want), func() bool {
+			return strings.Contains(s.Output(), want)
+		})
+	}
+}
+
+func pollReady(ctx context.Context, s *Started, what string, ok func() bool) error {
+	for {
+		if ok() {
+			return nil
+		}
+		select {
+		case <-s.done:
+			return fmt.Errorf("the server ended before %s appeared", what)
+		case <-ctx.Done():
+			return fmt.Errorf("no %s: %v", what, ctx.Err())
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+// PairResult is what both ends of a pairing left.
+type PairResult struct {
+	Name           string
+	SrvEnd, CliEnd End
+	Srv, Cli       Result
+	TimedOut       bool // the pairing's timeout ended it
+	CliStarted     bool // the client ran (the server was ready)
+	Lingered       bool // the server was killed 10 s (3 s if the client failed) after its client ended
+}
+
+// Dump is both sides' command lines, exit statuses and output, for a
+// failure message.
+func (p *PairResult) Dump() string {
+	var b strings.Builder
+	if p.TimedOut {
+		b.WriteString("(the pairing's timeout ended it: processes still running were killed)\n")
+	}
+	if p.Lingered {
+		b.WriteString("(the server was still running 10 s (3 s if the client failed) after its client ended: killed)\n")
+	}
+	for _, s := range []struct {
+		role string
+		end  End
+		r    Result
+	}{{"server", p.SrvEnd, p.Srv}, {"client", p.CliEnd, p.Cli}} {
+		if s.role == "client" && !p.CliStarted {
+			fmt.Fprintf(&b, "--- client (%s): not started\n", s.end)
+			continue
+		}
+		st := "exit 0"
+		if s.r.Err != nil {
+			st = s.r.Err.Error()
+		}
+		fmt.Fprintf(&b, "--- %s (%s) -> %s after %v\n%s", s.role, s.end, st,
+			s.r.Took.Round(time.Millisecond), indent(s.r.Out))
+	}
+	return b.String()
+}
+
+func indent(s string) string {
+	if s == "" {
+		return "    (no output)\n"
+	}
+	s = strings.TrimRight(s, "\n")
+	return "    | " + strings.ReplaceAll(s, "\n", "\n    | ") + "\n"
+}
+
+// OK reports whether both ends exited 0.
+func (p *PairResult) OK() bool { return p.Srv.Err == nil && p.Cli.Err == nil }
+
+// RunPair runs srv in l.NsA and, once ready says it is up, cli in l.NsB;
+// both must end within timeout (then what is left is killed). Once the
+// client ended, the server gets at most 10 s more to end (3 s when the
+// client failed); a server with Stop is sent that signal first. It prints
+// progress lines and the result; with ABITEST_SHOW set in the
+// environment it also logs both sides' output when they passed.
+func RunPair(t testing.TB, l *Link, name string, timeout time.Duration, srv End, ready Ready, cli End) *PairResult {
+	t.Helper()
+	p := &PairResult{Name: name, SrvEnd: srv, CliEnd: cli}
+	progress("%s: server %s", name, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	s := Start(t, srv.Cmd(ctx, t, l.NsA))
+	if ready == nil {
+		ready = TCPListen(18515)
+	}
+	if err := ready(ctx, l.NsA, s); err != nil {
+		p.TimedOut = ctx.Err() != nil
+		cancel()
+		p.Srv = s.Wait()
+		progress("%s: server not ready: %v", name, err)
+		t.Fatalf("%s: server not ready: %v\n%s", name, err, p.Dump())
+	}
+	progress("%s: client %s", name, cli)
+	c := Start(t, cli.Cmd(ctx, t, l.NsB))
+	p.CliStarted = true
+	p.Cli = c.Wait()
+	if srv.Stop != nil {
+		s.cmd.Process.Signal(srv.Stop)
+	}
+	// A server whose client failed may wait for it for ever: 3 s.
+	wait := 10 * time.Second
+	if p.Cli.Err != nil {
+		wait = 3 * time.Second
+	}
+	linger := time.NewTimer(wait)
+	defer linger.Stop()
+	select {
+	case <-s.done:
+	case <-linger.C:
+		p.Lingered = true
+		cancel()
+	case <-ctx.Done():
+	}
+	p.TimedOut = !p.Lingered && ctx.Err() != nil
+	p.Srv = s.Wait()
+	verdict := "both exit 0"
+	if !p.OK() {
+		verdict = fmt.Sprintf("server: %v, client: %v", errText(p.Srv.Err), errText(p.Cli.Err))
+	}
+	progress("%s: %s (server %v, client %v)", name, verdict,
+		p.Srv.Took.Round(time.Millisecond), p.Cli.Took.Round(time.Millisecond))
+	if os.Getenv("ABITEST_SHOW") != "" {
+		t.Logf("%s:\n%s", name, p.Dump())
+	}
+	return p
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "exit 0"
+	}
+	return err.Error()
+}
+
+// RunIn runs e alone in ns within timeout.
+func RunIn(t testing.TB, ns string, timeout time.Duration, e End) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return Run(t, e.Cmd(ctx, t, ns))
 }
