@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tbrdma/tbrdma/rdmacm"
 	"github.com/tbrdma/tbrdma/verbs"
 )
 
@@ -235,6 +236,8 @@ type engine struct {
 	w    waiter
 	// spinMu orders the starts and ends of spins (wait.go).
 	spinMu sync.Mutex
+	// cmKeep ends the engine's own rdma_cm presence (startCM).
+	cmKeep func()
 }
 
 var (
@@ -258,8 +261,30 @@ func acquireEngine(d *verbs.Device) (*engine, error) {
 	e := &engine{name: d.Name, vctx: vctx, refs: 1, stop: cancel, done: ctx.Done()}
 	engines[d.Name] = e
 	e.startWait()
+	e.startCM()
 	go e.asyncLoop(ctx)
 	return e, nil
+}
+
+// startCM makes the device answer connection requests even when the
+// program uses no rdma_cm, as the kernel's CM always does: a REQ for a
+// port nobody listens on gets REJ 8 at once, instead of going unanswered
+// until the requester gives up (about 98 s). An rdma_cm ID of the engine's
+// own keeps package rdmacm's dispatcher running on the device.
+func (e *engine) startCM() {
+	ch, err := rdmacm.CreateEventChannel(nil)
+	if err != nil {
+		return
+	}
+	id, err := ch.CreateID(e.vctx, rdmacm.PSTCP)
+	if err != nil {
+		ch.Destroy()
+		return
+	}
+	e.cmKeep = func() {
+		id.Destroy()
+		ch.Destroy()
+	}
 }
 
 func (e *engine) acquire() {
@@ -278,6 +303,9 @@ func (e *engine) release() {
 	engMu.Unlock()
 	if last {
 		e.stop()
+		if e.cmKeep != nil {
+			e.cmKeep()
+		}
 		e.vctx.Close()
 	}
 }
