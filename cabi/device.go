@@ -347,7 +347,8 @@ func (e *engine) asyncLoop(ctx context.Context) {
 // one, a device's table holds two entries per address; tbrdma speaks RoCE
 // v2 only, so the even entries are empty and the odd ones hold the
 // addresses: an IPv4 address is at index 1, where perftest's -x 1 and
-// ibv_rc_pingpong's -g 1 expect it.
+// ibv_rc_pingpong's -g 1 expect it. (The GID queries of verbs.c read an
+// even entry as rxe's RoCE v1 entry of the address after it: query_entry.)
 func gidAt(d *verbs.Device, index int) (verbs.GIDEntry, bool) {
 	if index < 0 || index%2 == 0 || index/2 >= len(d.GIDs) {
 		return verbs.GIDEntry{}, false

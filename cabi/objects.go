@@ -391,6 +391,7 @@ func tbgo_poll_cq(h C.uintptr_t, n C.int, out *C.struct_tb_wc) C.int {
 	qs := cqOf(h)
 	var wcs [C.TB_CQ_BATCH]verbs.WC
 	dst := unsafe.Slice(out, int(n))
+	udSL := qs.eng.udRecvSL()
 	total := 0
 	for pass := 0; total < int(n); pass++ {
 		m := min(len(wcs), int(n)-total)
@@ -418,6 +419,10 @@ func tbgo_poll_cq(h C.uintptr_t, n C.int, out *C.struct_tb_wc) C.int {
 			d.src_qp = C.uint32_t(w.SrcQP)
 			d.wc_flags = C.uint32_t(wcFlagsC(w.Flags))
 			d.pkey_index = C.uint16_t(w.PKeyIndex)
+			d.sl = 0
+			if w.Flags&verbs.WCFlagGRH != 0 {
+				d.sl = udSL
+			}
 		}
 		total += got
 		if got < m {
@@ -425,9 +430,10 @@ func tbgo_poll_cq(h C.uintptr_t, n C.int, out *C.struct_tb_wc) C.int {
 		}
 	}
 	if total == 0 {
-		qs.eng.emptyPoll(qs.empties.Add(1))
+		qs.eng.polled(qs.empties.Add(1))
 	} else {
 		qs.empties.Store(0)
+		qs.eng.polled(0)
 	}
 	return C.int(total)
 }
@@ -618,4 +624,17 @@ func tbgo_destroy_ah(h C.uintptr_t) C.int {
 	cgo.Handle(h).Delete()
 	C.free(unsafe.Pointer(as.c))
 	return 0
+}
+
+// udRecvSL is the sl of the engine's UD receive completions. For RoCE,
+// mlx5 reports there the L3 header type of the packet (2 IPv4, 1 IPv6:
+// the PRM's RoCE packet type, bits 2:0), and UCX 1.13-1.18 reads it to
+// find the destination address in the GRH area; rdma_rxe leaves it 0,
+// which makes UCX drop every UD datagram over IPv4 (UCX 1.19 looks at the
+// GRH area instead). An engine receives on the one address it is bound to.
+func (e *engine) udRecvSL() C.uint8_t {
+	if a := e.vctx.LocalAddr().Addr(); a.Is4() || a.Is4In6() {
+		return 2
+	}
+	return 1
 }

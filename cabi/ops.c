@@ -52,7 +52,7 @@ static int op_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
 			w->wc_flags = b->wc_flags;
 			w->pkey_index = b->pkey_index;
 			w->slid = 0;
-			w->sl = 0;
+			w->sl = b->sl;
 			w->dlid_path_bits = 0;
 		}
 		total += got;
@@ -667,7 +667,7 @@ static uint32_t cqx_read_qp_num(struct ibv_cq_ex *cq) { return cqx_cur(cq)->qp_n
 static uint32_t cqx_read_src_qp(struct ibv_cq_ex *cq) { return cqx_cur(cq)->src_qp; }
 static unsigned int cqx_read_wc_flags(struct ibv_cq_ex *cq) { return cqx_cur(cq)->wc_flags; }
 static uint32_t cqx_read_slid(struct ibv_cq_ex *cq) { (void)cq; return 0; }
-static uint8_t cqx_read_sl(struct ibv_cq_ex *cq) { (void)cq; return 0; }
+static uint8_t cqx_read_sl(struct ibv_cq_ex *cq) { return cqx_cur(cq)->sl; }
 static uint8_t cqx_read_dlid_path_bits(struct ibv_cq_ex *cq) { (void)cq; return 0; }
 
 void tb_init_cq_ex(struct tb_cq *c)

@@ -107,7 +107,10 @@ struct tb_wc {
 	uint32_t src_qp;
 	uint32_t wc_flags;
 	uint16_t pkey_index;
-	uint16_t pad;
+	/* sl of a UD receive: the RoCE v2 packet's L3 header type as mlx5
+	 * reports it there (2 IPv4, 1 IPv6), which UCX reads; else 0. */
+	uint8_t sl;
+	uint8_t pad;
 };
 
 /* A CQ: ibv_cq_ex begins with the fields of ibv_cq, so one object serves

@@ -148,12 +148,37 @@ int ibv_query_port(struct ibv_context *context, uint8_t port_num, struct _compat
 	return tbgo_query_port(ctx_h(context), port_num, (struct ibv_port_attr *)port_attr);
 }
 
+/* Reads entry index of port's GID table as rdma_rxe presents it. The Go
+ * side's table holds the device's addresses at the odd indexes, as RoCE v2
+ * GIDs; each even index is the RoCE v1 entry rxe lists before the v2 one
+ * of the same address: the same GID, of type RoCE v1, which no AH or QP
+ * may name (EINVAL, as rxe, which no longer sends RoCE v1, refuses it).
+ * Listing it keeps GID 0 from being empty: UCX, like the IB specification,
+ * takes GID 0 as the port's default and skips a port whose GID 0 is zero,
+ * and perftest, picking a GID, prefers the v2 entry of an address to its
+ * v1 one only when it can read both. */
+static int query_entry(struct ibv_context *context, uint32_t port_num, int index, uint8_t *gid, uint32_t *type,
+		       uint32_t *ifindex)
+{
+	int r = tbgo_query_gid(ctx_h(context), port_num, index, gid, type, ifindex);
+	if (r == ENODATA && index % 2 == 0) {
+		r = tbgo_query_gid(ctx_h(context), port_num, index + 1, gid, type, ifindex);
+		if (r == 0 && type)
+			*type = IBV_GID_TYPE_ROCE_V1;
+		if (r) {
+			memset(gid, 0, 16);
+			r = ENODATA;
+		}
+	}
+	return r;
+}
+
 int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, union ibv_gid *gid)
 {
 	TB_GUARD_NEG();
 	if (!context || !gid)
 		return -1;
-	int r = tbgo_query_gid(ctx_h(context), port_num, index, gid->raw, NULL, NULL);
+	int r = query_entry(context, port_num, index, gid->raw, NULL, NULL);
 	/* An empty entry reads as zeros, as rdma-core reads rxe's sysfs. */
 	if (r == ENODATA)
 		return 0;
@@ -174,7 +199,7 @@ int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t g
 		return EINVAL;
 	memset(entry, 0, entry_size);
 	uint32_t type = 0, ifindex = 0;
-	int r = tbgo_query_gid(ctx_h(context), port_num, (int)gid_index, entry->gid.raw, &type, &ifindex);
+	int r = query_entry(context, port_num, (int)gid_index, entry->gid.raw, &type, &ifindex);
 	if (r)
 		return r;
 	entry->gid_index = gid_index;
@@ -196,7 +221,7 @@ ssize_t _ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *
 		struct ibv_gid_entry e;
 		memset(&e, 0, sizeof e);
 		uint32_t type = 0, ifindex = 0;
-		if (tbgo_query_gid(ctx_h(context), 1, i, e.gid.raw, &type, &ifindex))
+		if (query_entry(context, 1, i, e.gid.raw, &type, &ifindex))
 			continue;
 		if (out == max_entries)
 			return -EINVAL;
@@ -212,6 +237,7 @@ ssize_t _ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *
 
 /* Private to rdma-core (ibv_devinfo calls it): *type is its sysfs GID
  * type, 0 for IB/RoCE v1 and 1 for RoCE v2. */
+#define TB_GID_TYPE_SYSFS_IB_ROCE_V1 0
 #define TB_GID_TYPE_SYSFS_ROCE_V2 1
 int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index, int *type)
 {
@@ -220,12 +246,12 @@ int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned i
 		return -1;
 	union ibv_gid g;
 	uint32_t t = 0;
-	int r = tbgo_query_gid(ctx_h(context), port_num, (int)index, g.raw, &t, NULL);
+	int r = query_entry(context, port_num, (int)index, g.raw, &t, NULL);
 	if (r) {
 		errno = r == ENODATA ? EINVAL : r;
 		return -1;
 	}
-	*type = TB_GID_TYPE_SYSFS_ROCE_V2;
+	*type = t == IBV_GID_TYPE_ROCE_V1 ? TB_GID_TYPE_SYSFS_IB_ROCE_V1 : TB_GID_TYPE_SYSFS_ROCE_V2;
 	return 0;
 }
 

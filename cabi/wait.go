@@ -3,6 +3,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"runtime"
 	"sync/atomic"
@@ -49,6 +50,8 @@ var waitFromEnv = func() waitMode {
 	return waitAuto
 }()
 
+var debugWait = os.Getenv("TBRDMA_DEBUG_WAIT") != ""
+
 const (
 	spinAfter      = 32
 	spinIdle       = 2 * time.Millisecond
@@ -58,7 +61,7 @@ const (
 
 // waiter is an engine's wait state.
 type waiter struct {
-	empties atomic.Uint64 // empty polls while spinning, for the watcher
+	empties atomic.Uint64 // polls while spinning, for the watcher
 	spin    atomic.Bool   // a spin is in progress (the watcher runs)
 	inline  atomic.Bool   // and the program's polls receive inline
 	kernel  atomic.Bool   // the receive loop sleeps in the kernel
@@ -78,36 +81,40 @@ func (e *engine) startWait() {
 	}
 }
 
-// minProcs is the least GOMAXPROCS the library runs with: C threads that
-// call into Go need a P each, and a receive loop that polls its socket or
-// sleeps in the kernel (RawSyscall) keeps its P meanwhile. With the Go
-// default under taskset -c N (one P), a C program's call waited for the
-// loop's busy window or kernel-wait slice to end: ib_read_lat -e took 4.5 ms
-// per READ instead of 0.17. $GOMAXPROCS still wins.
-const minProcs = 4
+// The library keeps Go's GOMAXPROCS (the CPUs the process may run on).
+// More Ps than CPUs made things worse: with four Ps on one CPU (taskset),
+// idle Ms woke in the runtime's poller and sysmon on every C call into Go,
+// on the CPU the program spins on, and ib_send_lat took 50 µs per message
+// instead of 19. With one P, though, a receive loop that sleeps in the
+// kernel (RawSyscall) keeps the only P for up to a slice, and every C call
+// into Go waits for it (ib_read_lat -e: 4.5 ms per READ), so the kernel
+// wait is used only with two Ps or more (kernelHint).
 
-func init() {
-	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) < minProcs {
-		runtime.GOMAXPROCS(minProcs)
+// polled is called after every poll of a CQ: n is the number of empty
+// polls in a row on that CQ (0 when this one found something). While a
+// spin is on, every poll counts as the program still spinning (with inline
+// receive an empty poll costs a system call, so a short wait holds few of
+// them: counting only long runs of empty polls ended the spin between
+// ib_send_lat's messages, and each restart cost a kick of the receive
+// loop); a spin starts after spinAfter empty polls in a row.
+func (e *engine) polled(n uint32) {
+	if e.w.spin.Load() {
+		e.w.empties.Add(1)
+		return
 	}
-}
-
-// emptyPoll is called for a poll that found nothing after n such polls in
-// a row on one CQ.
-func (e *engine) emptyPoll(n uint32) {
 	if n < spinAfter || (waitFromEnv != waitAuto && waitFromEnv != waitBusy) {
 		return
 	}
 	e.w.empties.Add(1)
-	if e.w.spin.Load() {
-		return
-	}
 	e.spinMu.Lock()
 	defer e.spinMu.Unlock()
 	if e.w.spin.Load() {
 		return
 	}
 	e.w.spin.Store(true)
+	if debugWait {
+		fmt.Fprintf(os.Stderr, "tbrdma: %v spin starts\n", time.Now().Format("15:04:05.000000"))
+	}
 	if waitFromEnv == waitAuto && e.vctx.SetInlineReceive(true) {
 		e.w.inline.Store(true)
 	} else {
@@ -120,6 +127,9 @@ func (e *engine) emptyPoll(n uint32) {
 func (e *engine) stopSpin() {
 	if !e.w.spin.Load() {
 		return
+	}
+	if debugWait {
+		fmt.Fprintf(os.Stderr, "tbrdma: %v spin ends\n", time.Now().Format("15:04:05.000000"))
 	}
 	if e.w.inline.Swap(false) {
 		e.vctx.SetInlineReceive(false)
@@ -176,5 +186,10 @@ func (e *engine) kernelHint() {
 	if e.w.kernel.Load() || !e.w.kernel.CompareAndSwap(false, true) {
 		return
 	}
-	e.vctx.SetKernelWait(kernelWindow)
+	// The program sleeps between completions: a receive loop that polls
+	// its socket after each packet only keeps the processor from it.
+	e.vctx.SetBusyPoll(0)
+	if runtime.GOMAXPROCS(0) >= 2 {
+		e.vctx.SetKernelWait(kernelWindow)
+	}
 }

@@ -45,3 +45,7 @@ func (c *udpConn) SetKernelWait(d time.Duration) error { return nil }
 
 // tryReadBatch is not offered off Linux (InlineReaderOf says so).
 func (c *udpConn) tryReadBatch(msgs []Message) (int, error) { return 0, errNoInlineRead }
+
+// kick is a no-op off Linux: the portable path neither busy-polls nor waits
+// in the kernel.
+func (c *udpConn) kick(on bool) {}

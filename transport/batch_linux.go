@@ -77,6 +77,11 @@ type sysConn struct {
 	kwaitNs atomic.Int64
 	// tryFn is tryReadBatch's receive as a func value, made once.
 	tryFn func(fd uintptr)
+	// kicked is set while a read deadline in the past keeps ReadBatch out
+	// (InlineReader.SetReadDeadline): a reader busy-polling or in a kernel
+	// wait then stops doing so and returns to the poller, which reports the
+	// deadline, rather than keep the socket for its window.
+	kicked atomic.Bool
 }
 
 // recvState belongs to the one goroutine in ReadBatch.
@@ -236,7 +241,7 @@ func (c *udpConn) recvmmsg(fd uintptr) bool {
 				c.ctr.kwaitSlices.Add(1)
 				continue
 			}
-			if busy := c.sys.busyNs.Load(); busy > 0 && !c.closed.Load() {
+			if busy := c.sys.busyNs.Load(); busy > 0 && !c.closed.Load() && !c.sys.kicked.Load() {
 				if spins&15 != 0 || c.sys.busyHold.Load() > 0 || monoNow()-r.last < busy {
 					spins++
 					runtime.Gosched()
@@ -256,7 +261,7 @@ func (c *udpConn) recvmmsg(fd uintptr) bool {
 // poller: a kernel wait is on and its last datagram is recent enough.
 func (c *udpConn) kernelWaitOpen() bool {
 	kw := c.sys.kwaitNs.Load()
-	return kw > 0 && !c.closed.Load() && monoNow()-c.sys.rd.last < kw
+	return kw > 0 && !c.closed.Load() && !c.sys.kicked.Load() && monoNow()-c.sys.rd.last < kw
 }
 
 // kernelWait receives in a recvmmsg that sleeps until the first datagram
@@ -306,6 +311,10 @@ func (c *udpConn) sendmmsg(fd uintptr) bool {
 func (c *udpConn) readBatch(msgs []Message) (int, error) {
 	return c.readBatchWith(msgs, false)
 }
+
+// kick keeps a reader in readBatch from busy-polling or waiting in the
+// kernel (on) while a read deadline in the past is meant to get it out.
+func (c *udpConn) kick(on bool) { c.sys.kicked.Store(on) }
 
 // tryReadBatch is readBatch that does not wait: one recvmmsg with
 // MSG_DONTWAIT, and 0 when nothing was queued.

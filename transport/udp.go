@@ -537,4 +537,9 @@ func (r inlineReader) TryReadBatch(msgs []Message) (int, error) {
 	return r.c.tryReadBatch(msgs)
 }
 
-func (r inlineReader) SetReadDeadline(t time.Time) error { return r.c.pc.SetReadDeadline(t) }
+func (r inlineReader) SetReadDeadline(t time.Time) error {
+	// A reader spinning inside its receive call (busy poll, kernel wait)
+	// would not see the deadline until its window closed.
+	r.c.kick(!t.IsZero() && !t.After(time.Now()))
+	return r.c.pc.SetReadDeadline(t)
+}

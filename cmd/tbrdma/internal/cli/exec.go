@@ -45,6 +45,10 @@ type execSys struct {
 	Exec func(path string, argv, env []string) error
 	// Exit ends the process when exec cannot run the program.
 	Exit func(code int)
+	// View, when set, runs the program in the device view if its mode
+	// asks for it and returns its exit status with ran set
+	// (exec_ns_linux.go); ran false: Exec it as usual.
+	View func(o *execOptions, path string, env []string) (code int, ran bool)
 }
 
 func realExecSys() execSys {
@@ -57,6 +61,7 @@ func realExecSys() execSys {
 		LookPath:   exec.LookPath,
 		Exec:       syscall.Exec,
 		Exit:       os.Exit,
+		View:       execView,
 	}
 }
 
@@ -65,7 +70,24 @@ type execOptions struct {
 	Sys execSys
 
 	PrintLibDir bool
+	NS          string   // --ns: auto, on, off; "" for $TBRDMA_EXEC_NS
 	Argv        []string // the program and its arguments, as given
+}
+
+// nsMode is the device view's mode: --ns, else $TBRDMA_EXEC_NS, else auto.
+func (o *execOptions) nsMode() (nsMode, error) {
+	if o.NS != "" {
+		m, err := parseNSMode(o.NS)
+		if err != nil {
+			return "", fmt.Errorf("--ns: %w", err)
+		}
+		return m, nil
+	}
+	m, err := parseNSMode(o.Sys.Getenv(nsEnv))
+	if err != nil {
+		return "", fmt.Errorf("$%s: %w", nsEnv, err)
+	}
+	return m, nil
 }
 
 func newCmdExec(f *Factory, runF func(*execOptions) error) *cobra.Command {
@@ -89,7 +111,14 @@ The library directory is the first of these that holds both files:
   4. build/lib of the tbrdma checkout holding the current directory
 
 No library: exit 2 with the places looked at and how to build it. No such
-PROGRAM: exit 127; PROGRAM cannot be executed: exit 126, as a shell.`,
+PROGRAM: exit 127; PROGRAM cannot be executed: exit 126, as a shell.
+
+On Linux, when the host has no /dev/infiniband and /sys/class/infiniband
+entries for tbrdma's devices (UCX, and so OpenMPI, skips a device without
+them), exec runs PROGRAM in a private mount namespace (and user namespace,
+without root) that has them; tbrdma then waits for PROGRAM and passes its
+exit status and signals on. --ns=off (or TBRDMA_EXEC_NS=off) never does,
+--ns=on always does (docs/cabi.md, Device files).`,
 		Example: `  cabi/build.sh && build/tbrdma exec ibv_devices
   build/tbrdma exec ib_write_bw -d tb_thunderbolt0 -x 1 198.18.0.1
   tbrdma exec -- python3 script.py --verbose
@@ -100,6 +129,9 @@ PROGRAM: exit 127; PROGRAM cannot be executed: exit 126, as a shell.`,
 				return FlagErrorf("--print-libdir takes no program (got %q)", args)
 			case !opts.PrintLibDir && len(args) == 0:
 				return FlagErrorf("exec needs a program to run: tbrdma exec [--] PROGRAM [ARGS...]")
+			}
+			if _, err := opts.nsMode(); err != nil {
+				return FlagErrorf("%v", err)
 			}
 			return nil
 		},
@@ -120,6 +152,7 @@ PROGRAM: exit 127; PROGRAM cannot be executed: exit 126, as a shell.`,
 	// Flags after PROGRAM are PROGRAM's.
 	cmd.Flags().SetInterspersed(false)
 	cmd.Flags().BoolVar(&opts.PrintLibDir, "print-libdir", false, "print the library directory exec would use and exit (2 if there is none)")
+	cmd.Flags().StringVar(&opts.NS, "ns", "", "give PROGRAM /dev/infiniband and /sys/class/infiniband entries for tbrdma's devices in a private namespace: `MODE` auto (when the host lacks them), on or off (default $"+nsEnv+", else auto)")
 	return cmd
 }
 
@@ -157,6 +190,11 @@ func runExec(o *execOptions) int {
 		fmt.Fprint(o.IO.ErrOut, sipWarning(key, path))
 	}
 	env := prependPath(o.Sys.Environ(), key, dir)
+	if o.Sys.View != nil {
+		if code, ran := o.Sys.View(o, path, env); ran {
+			return code
+		}
+	}
 	err = o.Sys.Exec(path, o.Argv, env)
 	if err == nil {
 		return ExitOK // a test's Exec; the real one does not return
