@@ -88,7 +88,7 @@ func (e *engine) startWait() {
 // instead of 19. With one P, though, a receive loop that sleeps in the
 // kernel (RawSyscall) keeps the only P for up to a slice, and every C call
 // into Go waits for it (ib_read_lat -e: 4.5 ms per READ), so the kernel
-// wait is used only with two Ps or more (kernelHint).
+// wait comes with a second P (kernelHint).
 
 // polled is called after every poll of a CQ: n is the number of empty
 // polls in a row on that CQ (0 when this one found something). While a
@@ -189,7 +189,11 @@ func (e *engine) kernelHint() {
 	// The program sleeps between completions: a receive loop that polls
 	// its socket after each packet only keeps the processor from it.
 	e.vctx.SetBusyPoll(0)
-	if runtime.GOMAXPROCS(0) >= 2 {
-		e.vctx.SetKernelWait(kernelWindow)
+	if runtime.GOMAXPROCS(0) < 2 {
+		// A second P, for the C threads' calls while the loop sleeps
+		// in the kernel on the first (the program does not spin now, so
+		// idle Ms have no spinning thread to disturb).
+		runtime.GOMAXPROCS(2)
 	}
+	e.vctx.SetKernelWait(kernelWindow)
 }
