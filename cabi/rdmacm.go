@@ -631,16 +631,27 @@ func tbgo_cm_destroy_id(h C.uintptr_t) C.int {
 //
 //export tbgo_cm_exit
 func tbgo_cm_exit() {
-	deadline := time.Now().Add(200 * time.Millisecond)
-	for !cmMu.TryLock() {
-		if time.Now().After(deadline) {
-			return
+	// Bounded as a whole: an exit must not wait on a lock some other
+	// thread of the exiting program holds (the DREQs are a courtesy to the
+	// peers; without them they learn on the data path).
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		deadline := time.Now().Add(200 * time.Millisecond)
+		for !cmMu.TryLock() {
+			if time.Now().After(deadline) {
+				return
+			}
+			time.Sleep(time.Millisecond)
 		}
-		time.Sleep(time.Millisecond)
-	}
-	defer cmMu.Unlock()
-	for m := range liveIDs {
-		m.dropGoIDs()
+		defer cmMu.Unlock()
+		for m := range liveIDs {
+			m.dropGoIDs()
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(300 * time.Millisecond):
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -160,7 +161,13 @@ func Start(t testing.TB, cmd *exec.Cmd) *Started {
 	cmd.WaitDelay = 2 * time.Second
 	// The context's end kills what the command started too (a shell's
 	// children, tbrdma exec's program), not only the command.
-	cmd.Cancel = func() error { killTree(cmd.Process.Pid); return nil }
+	cmd.Cancel = func() error {
+		// A program still running when its time is up is a hang to
+		// explain: its threads' stacks go into its output first.
+		dumpStacks(s.buf, cmd.Process.Pid)
+		killTree(cmd.Process.Pid)
+		return nil
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %v: %v", cmd.Args, err)
 	}
@@ -570,4 +577,17 @@ func RunIn(t testing.TB, ns string, timeout time.Duration, e End) Result {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	return Run(t, e.Cmd(ctx, t, ns))
+}
+
+// dumpStacks writes the C-level stacks of every thread of pid (gdb, when
+// installed) to w: which call a hung program is in.
+func dumpStacks(w io.Writer, pid int) {
+	gdb, err := exec.LookPath("gdb")
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, _ := exec.CommandContext(ctx, gdb, "-batch", "-p", fmt.Sprint(pid), "-ex", "thread apply all bt 30").CombinedOutput()
+	fmt.Fprintf(w, "\n--- abitest: pid %d still running at the deadline; its threads:\n%s\n", pid, out)
 }
