@@ -17,6 +17,7 @@ import (
 	"runtime/cgo"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -132,6 +133,8 @@ type ctxState struct {
 	eng    *engine
 	async  []C.struct_ibv_async_event
 	closed bool
+	snap   *verbs.Device // current's snapshot, taken at snapAt
+	snapAt time.Time
 }
 
 func (cs *ctxState) ibv() *C.struct_ibv_context { return &cs.c.vc.context }
@@ -368,12 +371,26 @@ func gidIndexOf(d *verbs.Device, g verbs.GID) int {
 	return -1
 }
 
+// current returns a snapshot of the device at most snapshotAge old: the
+// queries see port state and addresses change without listing the
+// interfaces again for every GID entry (a GID table read, or
+// ibv_init_ah_from_wc for every datagram a UD server answers, asks for
+// many).
 func (cs *ctxState) current() *verbs.Device {
-	if d, err := verbs.DeviceByName(cs.dev.Name); err == nil {
-		return d
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.snap != nil && time.Since(cs.snapAt) < snapshotAge {
+		return cs.snap
 	}
-	return cs.dev
+	cs.snap, cs.snapAt = cs.dev, time.Now()
+	if d, err := verbs.DeviceByName(cs.dev.Name); err == nil {
+		cs.snap = d
+	}
+	return cs.snap
 }
+
+// snapshotAge bounds how stale current's device snapshot may be.
+const snapshotAge = 500 * time.Millisecond
 
 //export tbgo_query_device
 func tbgo_query_device(h C.uintptr_t, a *C.struct_ibv_device_attr) C.int {

@@ -70,23 +70,11 @@ func tbgo_create_qp(pdh, scqh, rcqh, srqh C.uintptr_t, a *C.struct_ibv_qp_init_a
 	if rcqh == 0 {
 		rcqh = scqh
 	}
-	capv := verbs.QPCap{
-		MaxSendWR:     int(a.cap.max_send_wr),
-		MaxRecvWR:     int(a.cap.max_recv_wr),
-		MaxSendSGE:    int(a.cap.max_send_sge),
-		MaxRecvSGE:    int(a.cap.max_recv_sge),
-		MaxInlineData: int(a.cap.max_inline_data),
-	}
-	if capv.MaxSendWR > verbs.MaxQPWR || capv.MaxRecvWR > verbs.MaxQPWR || capv.MaxSendSGE > verbs.MaxSGE ||
-		capv.MaxRecvSGE > verbs.MaxSGE || capv.MaxInlineData > verbs.MaxInlineData {
-		*errp = C.int(syscall.EINVAL)
+	capv, en := qpCap(&a.cap)
+	if en != 0 {
+		*errp = C.int(en)
 		return nil
 	}
-	// rdma_rxe hands out at least one of each; so does tbrdma.
-	capv.MaxSendWR = max(capv.MaxSendWR, 1)
-	capv.MaxRecvWR = max(capv.MaxRecvWR, 1)
-	capv.MaxSendSGE = max(capv.MaxSendSGE, 1)
-	capv.MaxRecvSGE = max(capv.MaxRecvSGE, 1)
 	scq, rcq := cqOf(scqh), cqOf(rcqh)
 	init := verbs.QPInitAttr{Type: typ, SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: capv, SigAll: a.sq_sig_all != 0}
 	var ss *srqState
@@ -106,6 +94,28 @@ func tbgo_create_qp(pdh, scqh, rcqh, srqh C.uintptr_t, a *C.struct_ibv_qp_init_a
 		return nil
 	}
 	return &qs.c.qpx.qp_base
+}
+
+// qpCap checks the capacities a program asks of a QP against the device's
+// limits (EINVAL beyond them) and raises zeros to one of each, as rdma_rxe
+// hands out at least one.
+func qpCap(c *C.struct_ibv_qp_cap) (verbs.QPCap, syscall.Errno) {
+	capv := verbs.QPCap{
+		MaxSendWR:     int(c.max_send_wr),
+		MaxRecvWR:     int(c.max_recv_wr),
+		MaxSendSGE:    int(c.max_send_sge),
+		MaxRecvSGE:    int(c.max_recv_sge),
+		MaxInlineData: int(c.max_inline_data),
+	}
+	if capv.MaxSendWR > verbs.MaxQPWR || capv.MaxRecvWR > verbs.MaxQPWR || capv.MaxSendSGE > verbs.MaxSGE ||
+		capv.MaxRecvSGE > verbs.MaxSGE || capv.MaxInlineData > verbs.MaxInlineData {
+		return verbs.QPCap{}, syscall.EINVAL
+	}
+	capv.MaxSendWR = max(capv.MaxSendWR, 1)
+	capv.MaxRecvWR = max(capv.MaxRecvWR, 1)
+	capv.MaxSendSGE = max(capv.MaxSendSGE, 1)
+	capv.MaxRecvSGE = max(capv.MaxRecvSGE, 1)
+	return capv, 0
 }
 
 // wrapQP makes the C QP for a verbs QP created on ps with the CQs and SRQ

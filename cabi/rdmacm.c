@@ -40,18 +40,6 @@ static int fail(int e)
 	return -1;
 }
 
-/* One count of a semaphore eventfd: blocks unless the fd is O_NONBLOCK
- * (EAGAIN then); a cancellation point, as read is. */
-static int eventfd_take(int fd)
-{
-	uint64_t v;
-	ssize_t r;
-	do {
-		r = read(fd, &v, sizeof v);
-	} while (r < 0 && errno == EINTR);
-	return r == sizeof v ? 0 : -1;
-}
-
 /* --- helpers the Go side calls --- */
 
 int tb_sa_from(const struct sockaddr *sa, struct tb_cm_sa *out)
@@ -198,7 +186,7 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 	if (BAD_CH(channel) || !event)
 		return fail(EINVAL);
 	for (;;) {
-		if (eventfd_take(channel->fd))
+		if (tb_eventfd_take(channel->fd))
 			return -1;
 		int r = tbgo_cm_get_event(CH_H(channel), event);
 		if (r != EAGAIN)

@@ -937,21 +937,10 @@ func qpInit(a *C.struct_ibv_qp_init_attr_ex, scq, rcq *cqState, ss *srqState) (v
 	default:
 		return verbs.QPInitAttr{}, syscall.EOPNOTSUPP // rdma_cm connects RC and resolves UD
 	}
-	capv := verbs.QPCap{
-		MaxSendWR:     int(a.cap.max_send_wr),
-		MaxRecvWR:     int(a.cap.max_recv_wr),
-		MaxSendSGE:    int(a.cap.max_send_sge),
-		MaxRecvSGE:    int(a.cap.max_recv_sge),
-		MaxInlineData: int(a.cap.max_inline_data),
+	capv, en := qpCap(&a.cap)
+	if en != 0 {
+		return verbs.QPInitAttr{}, en
 	}
-	if capv.MaxSendWR > verbs.MaxQPWR || capv.MaxRecvWR > verbs.MaxQPWR || capv.MaxSendSGE > verbs.MaxSGE ||
-		capv.MaxRecvSGE > verbs.MaxSGE || capv.MaxInlineData > verbs.MaxInlineData {
-		return verbs.QPInitAttr{}, syscall.EINVAL
-	}
-	capv.MaxSendWR = max(capv.MaxSendWR, 1)
-	capv.MaxRecvWR = max(capv.MaxRecvWR, 1)
-	capv.MaxSendSGE = max(capv.MaxSendSGE, 1)
-	capv.MaxRecvSGE = max(capv.MaxRecvSGE, 1)
 	init := verbs.QPInitAttr{Type: typ, SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: capv, SigAll: a.sq_sig_all != 0}
 	if ss != nil {
 		init.SRQ = ss.srq

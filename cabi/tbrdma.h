@@ -157,5 +157,8 @@ void tb_fill_context_ops(struct tb_context *c);
 void tb_init_qp_ex(struct tb_qp *qp);
 void tb_init_cq_ex(struct tb_cq *cq);
 int tb_eventfd_write(int fd, uint64_t n);
+/* Reads one count of a semaphore eventfd: blocks unless the fd is
+ * O_NONBLOCK (then EAGAIN), a cancellation point as read is. */
+int tb_eventfd_take(int fd);
 
 #endif

@@ -62,9 +62,7 @@ int tb_eventfd_write(int fd, uint64_t n)
 	return r == sizeof n ? 0 : -1;
 }
 
-/* Reads one count of a semaphore eventfd: blocks unless the fd is
- * O_NONBLOCK (then EAGAIN), and is a cancellation point, as read is. */
-static int eventfd_take(int fd)
+int tb_eventfd_take(int fd)
 {
 	uint64_t v;
 	ssize_t r;
@@ -444,7 +442,7 @@ int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void 
 	}
 	tbgo_channel_sleeping(TB_H(channel, tb_channel));
 	for (;;) {
-		if (eventfd_take(channel->fd))
+		if (tb_eventfd_take(channel->fd))
 			return -1;
 		if (tbgo_channel_pop(TB_H(channel, tb_channel), cq, cq_context) == 0)
 			return 0;
@@ -472,7 +470,7 @@ int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *eve
 		return -1;
 	}
 	for (;;) {
-		if (eventfd_take(context->async_fd))
+		if (tb_eventfd_take(context->async_fd))
 			return -1;
 		if (tbgo_pop_async_event(ctx_h(context), event) == 0)
 			return 0;

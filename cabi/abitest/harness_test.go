@@ -355,14 +355,7 @@ func UDPBound(port int, settle time.Duration) Ready {
 		if err != nil {
 			return err
 		}
-		select {
-		case <-time.After(settle):
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.done:
-			return fmt.Errorf("the server ended before its client started")
-		}
-		return nil
+		return settleAfter(ctx, s, settle)
 	}
 }
 
@@ -386,15 +379,21 @@ func CMListening(settle time.Duration) Ready {
 		if err != nil {
 			return err
 		}
-		select {
-		case <-time.After(settle):
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.done:
-			return fmt.Errorf("the server ended before its client started")
-		}
-		return nil
+		return settleAfter(ctx, s, settle)
 	}
+}
+
+// settleAfter waits d more once a server looks ready, failing if it ends
+// meanwhile.
+func settleAfter(ctx context.Context, s *Started, d time.Duration) error {
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return fmt.Errorf("the server ended before its client started")
+	}
+	return nil
 }
 
 func udpBound(ctx context.Context, ns string, port int) bool {
