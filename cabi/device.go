@@ -255,7 +255,10 @@ func acquireEngine(d *verbs.Device) (*engine, error) {
 		e.refs++
 		return e, nil
 	}
-	vctx, err := d.Open(&verbs.Options{})
+	// Not bound to the device's interface: a program in the middle of a
+	// routed chain (a rank whose peers reach it through either of its
+	// links, docs/engines.md) gets its packets whichever link they took.
+	vctx, err := d.Open(&verbs.Options{AnyInterface: true})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tbrdma: cannot open device %s: %v\n", d.Name, err)
 		return nil, err

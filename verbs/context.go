@@ -41,8 +41,16 @@ type Options struct {
 	// Interface, when set, binds the default UDP endpoint to that network
 	// interface, so that only packets arriving on it are processed (a
 	// packet for Addr that comes in on another interface is not seen).
-	// Device.Open sets it to the device's netdev.
+	// Device.Open sets it to the device's netdev unless AnyInterface is set.
 	Interface string
+	// AnyInterface makes Device.Open leave the endpoint unbound from the
+	// device's interface: packets for the device's address are processed
+	// whichever interface they arrive on, and packets leave along the
+	// kernel's route for their destination. That is what a host in the
+	// middle of a routed chain of links needs when a peer picks the
+	// "wrong" one of its addresses (rdma_rxe, like the default, accepts a
+	// packet only on the address's own link and sends only out of it).
+	AnyInterface bool
 	// ActiveMTU is the port's active IB MTU; it defaults to 4096.
 	ActiveMTU MTU
 	// MaxSegmentSize, when not 0, enables the large-segment extension (see

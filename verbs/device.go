@@ -215,7 +215,7 @@ func isZero(b []byte) bool {
 // and the device supplies the MTU and identity only. The endpoint is bound
 // to the device's interface (SO_BINDTODEVICE on Linux, IP_BOUND_IF on
 // macOS): packets for its address that arrive on any other interface are
-// not processed.
+// not processed; opts.AnyInterface leaves it unbound.
 func (d *Device) Open(opts *Options) (*Context, error) {
 	var o Options
 	if opts != nil {
@@ -236,7 +236,7 @@ func (d *Device) Open(opts *Options) (*Context, error) {
 	if o.ActiveMTU == 0 {
 		o.ActiveMTU = d.ActiveMTU
 	}
-	if o.Interface == "" && !d.Interface.Loopback {
+	if o.Interface == "" && !d.Interface.Loopback && !o.AnyInterface {
 		// Only packets that arrive on the device's own link reach it.
 		o.Interface = d.Netdev
 	}

@@ -150,4 +150,22 @@ func TestOpenBoundToInterface(t *testing.T) {
 	if n := seen(tb); n != 3 {
 		t.Errorf("the thunderbolt0 context saw %d packets, want the 3 of thunderbolt0 only (%d arrived on eth1)", n, seen(lan))
 	}
+
+	// With AnyInterface the device's context takes its address's packets
+	// from any link: the middle of a routed chain.
+	tb.Close()
+	lan.Close()
+	var anyc *verbs.Context
+	inNetns(t, nsH, func() {
+		dev, err := verbs.DeviceByName("thunderbolt0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if anyc, err = dev.Open(&verbs.Options{Addr: tbAddr, AnyInterface: true}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer anyc.Close()
+	send(4) // still over eth1
+	waitSeen(anyc, 4, "over eth1, the thunderbolt0 context opened with AnyInterface")
 }

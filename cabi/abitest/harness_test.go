@@ -69,7 +69,7 @@ func need(t testing.TB, tools ...string) {
 	}
 	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is not installed (apt-get install ibverbs-utils perftest rdmacm-utils python3-pyverbs): %v", tool, err)
+			t.Fatalf("%s is not installed (.ci/run installs every package abitest needs: CABI_APT_PACKAGES): %v", tool, err)
 		}
 	}
 }
@@ -84,42 +84,60 @@ type Link struct {
 var subnetMu sync.Mutex
 var subnetNext = 100
 
+// allocSubnet returns the third octet of a /24 of 198.18.0.0/15 that no
+// other link of this test binary uses.
+func allocSubnet() int {
+	subnetMu.Lock()
+	defer subnetMu.Unlock()
+	n := subnetNext
+	subnetNext++
+	return n
+}
+
 // NewLink creates a link on its own /24 of 198.18.0.0/15 (198.18.100.0 and
 // up) and deletes it when the test ends.
 func NewLink(t testing.TB) *Link {
 	t.Helper()
 	need(t, "ip")
-	subnetMu.Lock()
-	n := subnetNext
-	subnetNext++
-	subnetMu.Unlock()
+	n := allocSubnet()
 	id := fmt.Sprintf("%05x", rand.Uint32()&0xfffff)
 	l := &Link{NsA: "tbabi-" + id + "-a", NsB: "tbabi-" + id + "-b",
 		AddrA: fmt.Sprintf("198.18.%d.1", n), AddrB: fmt.Sprintf("198.18.%d.2", n)}
-	vA, vB := "tba"+id+"a", "tba"+id+"b"
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-		}
-	}
-	t.Cleanup(func() {
-		exec.Command("ip", "netns", "del", l.NsA).Run()
-		exec.Command("ip", "netns", "del", l.NsB).Run()
-	})
-	ip("netns", "add", l.NsA)
-	ip("netns", "add", l.NsB)
-	ip("link", "add", vA, "type", "veth", "peer", "name", vB)
-	ip("link", "set", vA, "netns", l.NsA)
-	ip("link", "set", vB, "netns", l.NsB)
-	for _, s := range []struct{ ns, dev, addr string }{{l.NsA, vA, l.AddrA}, {l.NsB, vB, l.AddrB}} {
-		ip("-n", s.ns, "link", "set", s.dev, "name", "thunderbolt0")
-		ip("-n", s.ns, "link", "set", "thunderbolt0", "mtu", "65520")
-		ip("-n", s.ns, "addr", "add", s.addr+"/24", "dev", "thunderbolt0")
-		ip("-n", s.ns, "link", "set", "lo", "up")
-		ip("-n", s.ns, "link", "set", "thunderbolt0", "up")
-	}
+	addNetns(t, l.NsA)
+	addNetns(t, l.NsB)
+	veth(t, l.NsA, "thunderbolt0", l.AddrA, l.NsB, "thunderbolt0", l.AddrB)
 	return l
+}
+
+// addNetns creates namespace ns with lo up, deleted when the test ends.
+func addNetns(t testing.TB, ns string) {
+	t.Helper()
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	ipCmd(t, "netns", "add", ns)
+	ipCmd(t, "-n", ns, "link", "set", "lo", "up")
+}
+
+func ipCmd(t testing.TB, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+}
+
+// veth joins namespaces a and b with a veth pair named devA in a and devB
+// in b, addresses addrA and addrB (/24), MTU 65520 as on Thunderbolt.
+func veth(t testing.TB, a, devA, addrA, b, devB, addrB string) {
+	t.Helper()
+	id := fmt.Sprintf("%05x", rand.Uint32()&0xfffff)
+	tmpA, tmpB := "tbm"+id+"a", "tbm"+id+"b"
+	ipCmd(t, "link", "add", tmpA, "type", "veth", "peer", "name", tmpB)
+	for _, s := range []struct{ ns, tmp, dev, addr string }{{a, tmpA, devA, addrA}, {b, tmpB, devB, addrB}} {
+		ipCmd(t, "link", "set", s.tmp, "netns", s.ns)
+		ipCmd(t, "-n", s.ns, "link", "set", s.tmp, "name", s.dev)
+		ipCmd(t, "-n", s.ns, "link", "set", s.dev, "mtu", "65520")
+		ipCmd(t, "-n", s.ns, "addr", "add", s.addr+"/24", "dev", s.dev)
+		ipCmd(t, "-n", s.ns, "link", "set", s.dev, "up")
+	}
 }
 
 // Command returns a command that runs argv in namespace ns over the
