@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/tbrdma/tbrdma/transport/transporttest"
 	"github.com/tbrdma/tbrdma/verbs"
 	"github.com/tbrdma/tbrdma/verbs/verbstest"
 )
@@ -38,7 +39,9 @@ func TestInlineFromUnregisteredMemory(t *testing.T) {
 }
 
 func TestRegMRAtIOVA(t *testing.T) {
-	p := verbstest.NewPair(t, verbstest.Options{})
+	// Over the in-memory link: the test reads buf after the WRITE's
+	// completion, an order the race detector sees only through channels.
+	p, _ := memPair(t, 1, transporttest.Faults{}, verbstest.Options{})
 	a, b := p.A, p.B
 	const iova = 0x1000_0000
 	buf := make([]byte, 4096)
@@ -202,8 +205,13 @@ func TestInlineReceive(t *testing.T) {
 	mustPost(t, a.QP, verbs.SendWR{WRID: 9, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 		SGList: []verbs.SGE{a.MR.SGE(0, 12)}, RemoteAddr: b.MR.Addr() + 2048, RKey: b.MR.RKey()})
 	wantOK(t, a.Wait(t, 1), verbs.WCRDMAWrite)
-	if string(b.Buf[2048:2060]) != "loop is back" {
-		t.Fatalf("after inline receive: %q", b.Buf[2048:2060])
+	// Read back over the QP rather than from b.Buf: the loop wrote b.Buf,
+	// and the race detector cannot see that the WRITE's ACK came after.
+	mustPost(t, a.QP, verbs.SendWR{WRID: 10, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(4096, 12)}, RemoteAddr: b.MR.Addr() + 2048, RKey: b.MR.RKey()})
+	wantOK(t, a.Wait(t, 1), verbs.WCRDMARead)
+	if string(a.Buf[4096:4108]) != "loop is back" {
+		t.Fatalf("after inline receive, b's buffer holds %q", a.Buf[4096:4108])
 	}
 	if b.Ctx.ReceiveInline() != 0 {
 		t.Fatal("ReceiveInline read with inline receive off")
