@@ -78,6 +78,10 @@ mkdir -p "$RUN/flags" "$RUN/res"
 HOST=$TBVM_HOST_IP GUEST=$TBVM_GUEST_IP
 PERFTEST="--bind $HOST -x 1 -F --qp-timeout=20"   # for the tbrdma arguments in the matrix
 LIBPERF="-x 1 -F --qp-timeout=20"                 # for stock perftest over the library (exec lines)
+# UCX over rc_verbs (UD for its handshake) and over ud_verbs, as the guest
+# has them too (ucx_perftest pairings; docs/engines.md for the settings).
+UCX="UCX_TLS=rc_verbs,ud_verbs:aux UCX_UD_VERBS_ETH_DGID_CHECK=n UCX_LOG_LEVEL=info"
+UCXUD="UCX_TLS=ud_verbs UCX_UD_VERBS_ETH_DGID_CHECK=n UCX_LOG_LEVEL=info"
 LIB=0   # some pairing runs a stock tool over tbrdma's C library ("exec" lines)
 for t in "${TARGS[@]}"; do [[ $t == exec* ]] && LIB=1; done
 TB_PID=
@@ -120,10 +124,12 @@ tbvm_net_up
 . /job/lib.sh
 G=$(gid_index) || exit 1
 PERFTEST="-d rxe0 -x $G -F --qp-timeout=20"
+UCX="UCX_TLS=rc_verbs,ud_verbs:aux UCX_UD_VERBS_ETH_DGID_CHECK=n UCX_LOG_LEVEL=info"
+UCXUD="UCX_TLS=ud_verbs UCX_UD_VERBS_ETH_DGID_CHECK=n UCX_LOG_LEVEL=info"
 say "rxe0 is up, IPv4 GID index $G"
 {
     echo "kernel $(uname -r)"
-    dpkg-query -W -f '${Package} ${Version}\n' rdma-core libibverbs1 ibverbs-providers ibverbs-utils librdmacm1 rdmacm-utils perftest
+    dpkg-query -W -f '${Package} ${Version}\n' rdma-core libibverbs1 ibverbs-providers ibverbs-utils librdmacm1 rdmacm-utils perftest ucx-utils libfabric-bin
     rdma link show
     ibv_devinfo -d rxe0 | grep -E 'fw_ver|state|active_mtu'
 } >/job/res/versions.txt 2>&1
@@ -307,6 +313,9 @@ data_check() {
     read -r -a gw <<<"${GCMD[$i]}"
     eval "tw=(${TARGS[$i]})"
     tool=${gw[0]}
+    if [ "$tool" = env ]; then  # env $UCX ucx_perftest ...: the tool after the settings
+        for w in "${gw[@]:1}"; do [[ $w == \$* || $w == *=* ]] || { tool=$w; break; }; done
+    fi
     DATA_OK=0 DATA=
     [ -f "$g" ] && [ -f "$t" ] || { DATA="no output"; return; }
     case $tool in
@@ -358,6 +367,15 @@ data_check() {
         DATA="echo ok $gg+$tg/$c"
         [ "$gg" = "$c" ] && [ "$gbad" = 0 ] && [ "$tg" = "$c" ] && [ "$tbad" = 0 ] && DATA_OK=1
         [ "$gbad" = 0 ] && [ "$tbad" = 0 ] || DATA="$DATA; bad: ${gfirst:-$tfirst}"
+        ;;
+    ucx_perftest)
+        # The client (the side that names the peer) prints the Final row;
+        # both sides' UCX logs name the lane the data took.
+        local n c lanes
+        if [ "${SERVER[$i]}" = guest ]; then c=$t; n=$(opt -n "" "${tw[@]}"); else c=$g; n=$(opt -n "" "${gw[@]}"); fi
+        lanes=$(cat "$g" "$t" | grep -cE 'ep_cfg\[[0-9]+\]: tag\((rc|ud)_verbs/')
+        DATA="Final row, $n iters; lanes $lanes"
+        grep -qE "^Final:[[:space:]]+$n[[:space:]]" "$c" && [ "$lanes" -ge 2 ] && DATA_OK=1
         ;;
     udaddy)
         DATA="transfers complete"

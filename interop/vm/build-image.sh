@@ -85,7 +85,7 @@ mkdir -p "$ROOTFS/job"
     echo "suite $TBVM_SUITE from $TBVM_MIRROR"
     echo "kernel $kver"
     chroot "$ROOTFS" dpkg-query -W -f '${Package} ${Version}\n' "linux-image-$kver" rdma-core \
-        ibverbs-providers ibverbs-utils rdmacm-utils perftest libibverbs1 librdmacm1 2>/dev/null || true
+        ibverbs-providers ibverbs-utils rdmacm-utils perftest libibverbs1 librdmacm1 ucx-utils libfabric-bin 2>/dev/null || true
 } >"$TBVM_CACHE/versions.txt"
 cp "$ROOTFS/boot/vmlinuz-$kver" "$TBVM_CACHE/vmlinuz.new"
 

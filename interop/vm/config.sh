@@ -6,7 +6,7 @@
 TBVM_CACHE=${TBVM_CACHE:-/var/tmp/tbrdma-vm}
 TBVM_SUITE=${TBVM_SUITE:-bookworm}
 # Packages the guest gets on top of debootstrap's minbase variant.
-TBVM_PACKAGES=${TBVM_PACKAGES:-linux-image-amd64,kmod,busybox-static,iproute2,procps,rdma-core,ibverbs-providers,ibverbs-utils,rdmacm-utils,perftest,infiniband-diags}
+TBVM_PACKAGES=${TBVM_PACKAGES:-linux-image-amd64,kmod,busybox-static,iproute2,procps,rdma-core,ibverbs-providers,ibverbs-utils,rdmacm-utils,perftest,infiniband-diags,ucx-utils,libfabric-bin}
 
 # The host side lives in its own network namespace; only 198.18.0.0/24
 # (part of the 198.18.0.0/15 benchmarking range) is used in it.
