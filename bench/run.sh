@@ -36,7 +36,7 @@
 #                 old and new ratios come from the same run (keys old_*)
 #   FI_TCP_ITERS  -I of fi_pingpong tcp msg 1 MiB  (default 300, as the anchors)
 #   FI_RXD_ITERS  -I of fi_pingpong udp rdm 64 B   (default 2000, as the anchors)
-#   SKIP          any of: iperf sockperf libfabric tbrdma cabi
+#   SKIP          any of: iperf sockperf libfabric tbrdma cabi engines
 #   SUMMARY_ONLY=1 with BENCH_LOGDIR=<a previous run's log dir>: only print
 #                 the table and write the JSON again
 #
@@ -274,12 +274,14 @@ sockperf_pp() {  # sockperf_pp block|poll
 # usec/xfer = time / (2 x iterations) = one-way latency and MB/sec = bytes of
 # both directions / time in 1e6 B/s - the anchors' definitions (anchors
 # README). Records KEY.bw (B/s) or KEY.oneway (us).
+# A provider starting with "verbs" runs over tbrdma's C library (tbrdma exec).
 fi_pp() {
-  local k=$1 what=$2 prov=$3 ep=$4 sz=$5 it=$6 k2 rc row
+  local k=$1 what=$2 prov=$3 ep=$4 sz=$5 it=$6 k2 rc row pre=()
   k2="$k.r$REP"
-  srv "$k2" 60 fi_pingpong -p "$prov" -e "$ep" -S "$sz" -I "$it" -B $FI_PORT
+  [[ $prov == verbs* ]] && pre=("$LIBTB" exec --)
+  srv "$k2" 60 "${pre[@]}" fi_pingpong -p "$prov" -e "$ep" -S "$sz" -I "$it" -B $FI_PORT
   wait_listen tcp $FI_PORT || { fail "$k" "rep $REP: server did not listen (logs $LOGDIR/$k2.srv.*): $(tail -c 200 "$LOGDIR/$k2.srv.err" | tr '\n' ' ')"; srv_done "$SRV"; return; }
-  cli "$k2" 40 fi_pingpong -p "$prov" -e "$ep" -S "$sz" -I "$it" -P $FI_PORT $IP_B
+  cli "$k2" 40 "${pre[@]}" fi_pingpong -p "$prov" -e "$ep" -S "$sz" -I "$it" -P $FI_PORT $IP_B
   rc=$?
   srv_done "$SRV" 3
   row=$(awk 'NR > 1 && $1 ~ /^[0-9.]+[kmg]?$/ && NF >= 8 {l = $0} END {print l}' "$LOGDIR/$k2.cli.out")
@@ -381,6 +383,56 @@ lib_cost() {  # lib_cost : cabi/bench/verbs_cost, ns per ibv_post_send and per e
   log "verbs_cost rep $REP: $(tr '\n' ' ' <"$LOGDIR/$k2.cli.out")"
 }
 
+# ------------------------------------------------------------------ engines
+# UCX, Open MPI and libfabric over the C library against their own TCP
+# transports on the same link (docs/engines.md).
+# ucx_pp KEY TLS TEST SIZE ITERS : ucx_perftest server in NS_B, client in
+# NS_A; a TLS naming verbs runs over the library (tbrdma exec). Final row:
+# iterations, latency typical/average/overall (us, one way), bandwidth
+# average/overall (MB/s = 2^20 B/s), message rate average/overall.
+ucx_pp() {
+  local k=$1 tls=$2 test=$3 sz=$4 it=$5 k2 rc row pre=() env
+  k2="$k.r$REP"
+  env=(UCX_TLS="$tls" UCX_NET_DEVICES="$DEV")
+  [[ $tls == *verbs* ]] && pre=("$LIBTB" exec --) env=(UCX_TLS="$tls" UCX_NET_DEVICES="tb_$DEV:1")
+  srv "$k2" 90 env "${env[@]}" "${pre[@]}" ucx_perftest -p 13338
+  wait_listen tcp 13338 || { fail "$k" "rep $REP: server did not listen: $(tail -c 200 "$LOGDIR/$k2.srv.err" | tr '\n' ' ')"; srv_done "$SRV"; return; }
+  cli "$k2" 90 env "${env[@]}" "${pre[@]}" ucx_perftest $IP_B -p 13338 -t "$test" -s "$sz" -n "$it" -w 20
+  rc=$?
+  srv_done "$SRV" 3
+  row=$(grep '^Final:' "$LOGDIR/$k2.cli.out" | tail -1)
+  set -- $row
+  if [ $rc -ne 0 ] || [ $# -lt 9 ] || ! isnum "$7"; then
+    fail "$k" "rep $REP: rc=$rc $(tail -c 300 "$LOGDIR/$k2.cli.out" "$LOGDIR/$k2.cli.err" | tr '\n' ' ')"; return
+  fi
+  if [[ $test == *_bw ]]; then
+    rec "$k.bw" B/s "$(awk -v m="$7" 'BEGIN{printf "%.0f", m * 1048576}')"; log "$k rep $REP: $7 MB/s overall"
+  else
+    rec "$k.lat" us "$3"; log "$k rep $REP: $3 us typical ($4 average)"
+  fi
+}
+# mpi_pp KEY ucx|tcp : cabi/examples/mpi_pingpong, rank 0 in NS_A (mpirun
+# too), rank 1 in NS_B; 8 B latency (half a round trip) and 4 MiB bandwidth.
+mpi_pp() {
+  local k=$1 how=$2 k2 rc lat bw a
+  k2="$k.r$REP"
+  a=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --host $IP_A,$IP_B
+     --mca plm_rsh_agent "$ROOT/cabi/examples/netns-agent.sh" --mca rtc_hwloc_vmhole none --bind-to none)
+  if [ "$how" = ucx ]; then
+    a+=(--mca pml ucx --mca btl self --mca osc ucx -x UCX_TLS=rc_verbs,ud_verbs:aux -x UCX_NET_DEVICES=tb_$DEV:1 "$LIBTB" exec --)
+  else
+    a+=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include $DEV)
+  fi
+  ip netns exec $NS_A timeout -k 2 120 "${a[@]}" "$TMPD/mpi_pingpong" -n "$LAT_ITERS" -m 64 >"$LOGDIR/$k2.out" 2>"$LOGDIR/$k2.err"
+  rc=$?
+  lat=$(awk '$1 == "lat" {print $9}' "$LOGDIR/$k2.out") bw=$(awk '$1 == "bw" {print $9}' "$LOGDIR/$k2.out")
+  if [ $rc -ne 0 ] || ! isnum "$lat" || ! isnum "$bw" || ! grep -q '^verified 1 pairs' "$LOGDIR/$k2.out"; then
+    fail "$k" "rep $REP: rc=$rc $(tail -c 300 "$LOGDIR/$k2.out" "$LOGDIR/$k2.err" | tr '\n' ' ')"; return
+  fi
+  rec "$k.lat" us "$lat"; rec "$k.bw" B/s "$(awk -v m="$bw" 'BEGIN{printf "%.0f", m * 1e6}')"
+  log "$k rep $REP: 8 B $lat us one way, 4 MiB $bw MB/s"
+}
+
 # ------------------------------------------------------------------ main
 if [ "${SUMMARY_ONLY:-0}" = 1 ]; then   # re-print the summary of BENCH_LOGDIR's run
   [ -n "${BENCH_LOGDIR:-}" ] && [ -f "$LOGDIR/meta.txt" ] || { echo "SUMMARY_ONLY=1 needs BENCH_LOGDIR of a finished run" >&2; exit 1; }
@@ -418,6 +470,18 @@ if ! skip cabi; then
     SKIP="$SKIP cabi"
   fi
 fi
+LIBTB=$TMPD/cabi/tbrdma   # tbrdma beside the library: "tbrdma exec" finds it in lib/
+if ! skip engines; then
+  # UCX, Open MPI and libfabric over the library: needs the library and
+  # ucx-utils, openmpi-bin, libopenmpi-dev, libfabric-bin; without them, skipped.
+  miss=
+  for c in ucx_perftest mpirun mpicc fi_pingpong; do command -v $c >/dev/null || miss="$miss $c"; done
+  if [ -z "$LIBDIR" ] || [ -n "$miss" ] ||
+    ! mpicc -O2 -o "$TMPD/mpi_pingpong" "$ROOT/cabi/examples/mpi_pingpong.c" >>"$LOGDIR/cabi-build.log" 2>&1; then
+    log "engines not measured (needs the C library and ucx-utils openmpi-bin libopenmpi-dev libfabric-bin;${miss:+ missing$miss})"
+    SKIP="$SKIP engines"
+  fi
+fi
 OLD_BIN=${TBRDMA_OLD_BIN:-}
 [ -z "$OLD_BIN" ] || [ -x "$OLD_BIN" ] || { echo "bench/run.sh: TBRDMA_OLD_BIN=$OLD_BIN is not executable" >&2; exit 1; }
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -435,6 +499,7 @@ run_tb() { skip tbrdma || measure "$@"; }
 old() { [ -n "$OLD_BIN" ] && "$@"; return 0; }   # only with TBRDMA_OLD_BIN
 run_kernel() { local s=$1; shift; skip "$s" || measure "$@"; }
 run_lib() { skip cabi || measure "$@"; }
+run_eng() { skip engines || measure "$@"; }
 for ((REP = 1; REP <= REPS; REP++)); do
   wait_quiet
   log "--- repetition $REP of $REPS"
@@ -472,6 +537,16 @@ for ((REP = 1; REP <= REPS; REP++)); do
   run_tb tb_lat read_lat_64B_event2 read-lat -e
   run_lib lib_lat lib_read_lat_64B_event ib_read_lat -e
   run_lib lib_cost
+  run_eng ucx_pp ucx_rc_tag_bw_1MiB rc_verbs,ud_verbs:aux tag_bw 1048576 2000
+  run_eng ucx_pp ucx_tcp_tag_bw_1MiB tcp tag_bw 1048576 2000
+  run_eng ucx_pp ucx_rc_tag_lat_8B rc_verbs,ud_verbs:aux tag_lat 8 "$LAT_ITERS"
+  run_eng ucx_pp ucx_tcp_tag_lat_8B tcp tag_lat 8 "$LAT_ITERS"
+  run_eng mpi_pp mpi_ucx ucx
+  run_eng mpi_pp mpi_tcp tcp
+  run_eng fi_pp fi_verbs_rxm_1MiB bw 'verbs;ofi_rxm' rdm 1048576 "$FI_TCP_ITERS"
+  run_eng fi_pp fi_tcp_rxm_1MiB bw 'tcp;ofi_rxm' rdm 1048576 "$FI_TCP_ITERS"
+  run_eng fi_pp fi_verbs_rxm_64B oneway 'verbs;ofi_rxm' rdm 64 "$FI_RXD_ITERS"
+  run_eng fi_pp fi_tcp_rxm_64B oneway 'tcp;ofi_rxm' rdm 64 "$FI_RXD_ITERS"
 done
 cleanup
 trap - EXIT
@@ -579,6 +654,18 @@ R = [
     ('ib_send_lat 64 B over the C library t_typical / tbrdma send-lat', 'lib_send_lat_64B_poll.t_typical', 'send_lat_64B_poll.t_typical', '<=', 1.15, ''),
     ('ib_read_lat -e 64 B over the C library / tbrdma read-lat -e', 'lib_read_lat_64B_event.t_typical', 'read_lat_64B_event2.t_typical', None, None,
      'event mode: the second read-lat -e of the repetition, back to back'),
+    # the engines over the C library against their own TCP transports, same run (docs/engines.md)
+    ('ucx_perftest tag_bw 1 MiB rc_verbs over tbrdma / UCX tcp', 'ucx_rc_tag_bw_1MiB.bw', 'ucx_tcp_tag_bw_1MiB.bw', '>=', 1.2,
+     'UCX 1.13, UCX_TLS=rc_verbs,ud_verbs:aux vs UCX_TLS=tcp, overall bandwidth'),
+    ('ucx_perftest tag_lat 8 B rc_verbs over tbrdma / UCX tcp', 'ucx_rc_tag_lat_8B.lat', 'ucx_tcp_tag_lat_8B.lat', '<=', 1.0,
+     'typical one-way latency'),
+    ('MPI ping-pong 8 B, pml ucx over tbrdma / Open MPI TCP BTL', 'mpi_ucx.lat', 'mpi_tcp.lat', None, None,
+     'cabi/examples/mpi_pingpong, half a round trip; ob1 + btl tcp,self'),
+    ('MPI bandwidth 4 MiB, pml ucx over tbrdma / Open MPI TCP BTL', 'mpi_ucx.bw', 'mpi_tcp.bw', None, None, '8 messages in flight'),
+    ('fi_pingpong 1 MiB verbs;ofi_rxm over tbrdma / tcp;ofi_rxm (MB/s)', 'fi_verbs_rxm_1MiB.bw', 'fi_tcp_rxm_1MiB.bw', None, None,
+     'libfabric 1.17, rdm endpoints, one message in flight'),
+    ('fi_pingpong 64 B verbs;ofi_rxm over tbrdma / tcp;ofi_rxm (usec/xfer)', 'fi_verbs_rxm_64B.oneway', 'fi_tcp_rxm_64B.oneway', None, None,
+     'one-way latency'),
     # the older binary (TBRDMA_OLD_BIN), same run
     ('OLD write-bw 1 MiB / iperf3 UDP 65000 B received', 'old_write_bw_1MiB.bw', 'iperf3_udp65000.recv', None, None, 'TBRDMA_OLD_BIN'),
     ('OLD read-lat 64 B event t_typical / sockperf blocking p50 RTT', 'old_read_lat_64B_event.t_typical',

@@ -107,7 +107,10 @@ func (j mpiJob) cmd(ctx context.Context, t *testing.T) *exec.Cmd {
 		// Open MPI 4.1's daemons share the topology through a mapping at
 		// an address picked in mpirun; in a daemon that address can be
 		// taken (it segfaulted once here in hwloc_shmem_topology_write).
-		"--mca", "rtc_hwloc_vmhole", "none")
+		"--mca", "rtc_hwloc_vmhole", "none",
+		// Every namespace sees all of the machine's cores, so mpirun
+		// would bind each "host"'s rank 0 to core 0: both ranks on one core.
+		"--bind-to", "none")
 	for i := 0; i+1 < len(j.mca); i += 2 {
 		a = append(a, "--mca", j.mca[i], j.mca[i+1])
 	}
