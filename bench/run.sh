@@ -425,7 +425,7 @@ mpi_pp() {
   fi
   ip netns exec $NS_A timeout -k 2 120 "${a[@]}" "$TMPD/mpi_pingpong" -n "$LAT_ITERS" -m 64 >"$LOGDIR/$k2.out" 2>"$LOGDIR/$k2.err"
   rc=$?
-  lat=$(awk '$1 == "lat" {print $9}' "$LOGDIR/$k2.out") bw=$(awk '$1 == "bw" {print $9}' "$LOGDIR/$k2.out")
+  lat=$(awk '$1 == "lat" {print $8}' "$LOGDIR/$k2.out") bw=$(awk '$1 == "bw" {print $8}' "$LOGDIR/$k2.out")
   if [ $rc -ne 0 ] || ! isnum "$lat" || ! isnum "$bw" || ! grep -q '^verified 1 pairs' "$LOGDIR/$k2.out"; then
     fail "$k" "rep $REP: rc=$rc $(tail -c 300 "$LOGDIR/$k2.out" "$LOGDIR/$k2.err" | tr '\n' ' ')"; return
   fi
@@ -458,16 +458,17 @@ else
 fi
 TB_VERSION=$("$BIN" version 2>/dev/null | head -1)
 LIBDIR=
-if ! skip cabi; then
+if ! skip cabi || ! skip engines; then
   # The C library (cabi/build.sh) and the stock perftest over it: needs gcc,
-  # libibverbs-dev, librdmacm-dev and perftest; without them, skipped.
+  # libibverbs-dev, librdmacm-dev and perftest; without them, skipped (and
+  # the engines with it).
   if command -v ib_write_bw >/dev/null && (cd "$ROOT" && cabi/build.sh "$TMPD/cabi") >"$LOGDIR/cabi-build.log" 2>&1 &&
     cc -O2 -o "$TMPD/verbs_cost" "$ROOT/cabi/bench/verbs_cost.c" -libverbs >>"$LOGDIR/cabi-build.log" 2>&1; then
     LIBDIR=$TMPD/cabi/lib
     log "C library built into $LIBDIR"
   else
     log "C library not measured (needs perftest, gcc, libibverbs-dev, librdmacm-dev): $(tail -c 200 "$LOGDIR/cabi-build.log" | tr '\n' ' ')"
-    SKIP="$SKIP cabi"
+    SKIP="$SKIP cabi engines"
   fi
 fi
 LIBTB=$TMPD/cabi/tbrdma   # tbrdma beside the library: "tbrdma exec" finds it in lib/
