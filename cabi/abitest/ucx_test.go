@@ -3,6 +3,7 @@
 package abitest
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -248,5 +249,45 @@ func TestUCXPerftest(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestUCXLinkDown: the link goes down under a running tag_lat. Both ends'
+// next send fails after RC's retries; UCX names the error ("transport
+// retry counter exceeded") and aborts, within the retries' bound (7 of
+// about 1 s), not a hang.
+func TestUCXLinkDown(t *testing.T) {
+	need(t, "ucx_perftest")
+	l := NewLink(t)
+	u := ucxUsers(t)[0]
+	env := []string{"UCX_NET_DEVICES=tb_thunderbolt0:1", "UCX_TLS=" + rcTLS}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv := Start(t, Native(u.argv(env, "ucx_perftest", "-p", "13399")...).Cmd(ctx, t, l.NsA))
+	if err := TCPListen(13399)(ctx, l.NsA, srv); err != nil {
+		t.Fatalf("ucx_perftest server: %v\n%s", err, indent(srv.Output()))
+	}
+	cli := Start(t, Native(u.argv(env, "ucx_perftest", l.AddrA, "-p", "13399", "-t", "tag_lat", "-s", "8", "-n", "1000000000")...).Cmd(ctx, t, l.NsB))
+	// The client prints its table's header once the endpoints are up.
+	if !cli.WaitFor("# iterations", time.Minute) {
+		t.Fatalf("the test did not start\nclient:\n%s\nserver:\n%s", indent(cli.Output()), indent(srv.Output()))
+	}
+	time.Sleep(time.Second)
+	down := time.Now()
+	ipCmd(t, "-n", l.NsA, "link", "set", "thunderbolt0", "down")
+	progress("TestUCXLinkDown: the link is down; waiting for both ends to exit")
+	for _, e := range []struct {
+		name string
+		s    *Started
+	}{{"client", cli}, {"server", srv}} {
+		r := e.s.Wait()
+		took := time.Since(down)
+		const want = "transport retry counter exceeded"
+		if r.Err == nil || !strings.Contains(r.Out, want) || took > 60*time.Second {
+			t.Errorf("%s: %v %v after the link went down; want non-zero within 60 s, naming %q\n%s",
+				e.name, errText(r.Err), took.Round(time.Millisecond), want, indent(r.Out))
+			continue
+		}
+		t.Logf("%s: %v %v after the link went down", e.name, errText(r.Err), took.Round(time.Millisecond))
 	}
 }
