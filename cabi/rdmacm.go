@@ -672,12 +672,24 @@ func saOf(s *C.struct_tb_cm_sa) (netip.AddrPort, bool) {
 }
 
 // bindLocked binds m to addr: an address of a device, or the wildcard
-// (every device, one port). cmMu is held.
+// (every device, one port). A loopback address (127.0.0.0/8, ::1) is the
+// wildcard too, as in the kernel's rdma_cm (cma_any_addr): the ID gets no
+// device and keeps the address it was given, which rdma_get_local_addr
+// returns. libfabric's verbs provider relies on that: with no address to
+// go on it binds to "localhost" and, finding id->verbs NULL, lists every
+// device's address instead. cmMu is held.
 func (m *cmID) bindLocked(addr netip.AddrPort) syscall.Errno {
 	if m.bound || m.id != nil {
 		return syscall.EINVAL
 	}
 	a := addr.Addr()
+	if a.Unmap().IsLoopback() {
+		// The devices' IDs bind to the unspecified address of the family.
+		a = netip.IPv6Unspecified()
+		if addr.Addr().Unmap().Is4() {
+			a = netip.IPv4Unspecified()
+		}
+	}
 	if !a.Unmap().IsUnspecified() {
 		cd, en := cmDevForAddr(a)
 		if en != 0 {
@@ -730,7 +742,7 @@ func (m *cmID) bindLocked(addr netip.AddrPort) syscall.Errno {
 		}
 		if en == 0 && len(wild) > 0 {
 			m.wild = wild
-			m.bound, m.bindAddr = true, netip.AddrPortFrom(a, port)
+			m.bound, m.bindAddr = true, netip.AddrPortFrom(addr.Addr(), port)
 			m.syncRoute(false)
 			return 0
 		}

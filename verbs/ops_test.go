@@ -311,3 +311,43 @@ func TestModifyQPValidation(t *testing.T) {
 		t.Fatalf("state %v after failed modifies", s)
 	}
 }
+
+// TestModifyQPWithoutState: a mask without STATE changes attributes in the
+// current state when that state allows them (RTS: MIN_RNR_TIMER, as
+// libfabric's verbs provider sets it on a connected QP), and fails when
+// the state has no transition to itself (RTR) or does not allow the bit.
+func TestModifyQPWithoutState(t *testing.T) {
+	p := verbstest.NewPair(t, verbstest.Options{})
+	qp := p.A.QP // RTS
+	if err := qp.Modify(&verbs.QPAttr{MinRNRTimer: 12}, verbs.QPAttrMinRNRTimer); err != nil {
+		t.Fatalf("RTS: MIN_RNR_TIMER alone: %v", err)
+	}
+	if a := qp.Query(); a.State != verbs.QPStateRTS || a.MinRNRTimer != 12 {
+		t.Fatalf("after MIN_RNR_TIMER alone: state %v, min_rnr_timer %d; want RTS, 12", a.State, a.MinRNRTimer)
+	}
+	if err := qp.Modify(&verbs.QPAttr{SQPSN: 5}, verbs.QPAttrSQPSN); err == nil {
+		t.Fatal("RTS: SQ_PSN alone accepted")
+	}
+	// The QP still works.
+	if _, err := p.B.QP.PostRecv(verbs.RecvWR{WRID: 7, SGList: []verbs.SGE{p.B.MR.SGE(0, 4)}}); err != nil {
+		t.Fatal(err)
+	}
+	mustPost(t, qp, verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{p.A.MR.SGE(0, 4)}})
+	wantOK(t, p.A.Wait(t, 1), verbs.WCSend)
+	p.B.Wait(t, 1)
+
+	cq, _ := p.A.Ctx.CreateCQ(4, nil)
+	q2, _ := p.A.PD.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+	if err := q2.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1}, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		t.Fatal(err)
+	}
+	if err := q2.Modify(&verbs.QPAttr{AccessFlags: verbs.AccessRemoteWrite}, verbs.QPAttrAccessFlags); err != nil {
+		t.Fatalf("INIT: ACCESS_FLAGS alone: %v", err)
+	}
+	if a := q2.Query(); a.State != verbs.QPStateInit || a.AccessFlags != verbs.AccessRemoteWrite {
+		t.Fatalf("after ACCESS_FLAGS alone: state %v, access %v", a.State, a.AccessFlags)
+	}
+	if err := q2.Modify(&verbs.QPAttr{MinRNRTimer: 1}, verbs.QPAttrMinRNRTimer); err == nil {
+		t.Fatal("INIT: MIN_RNR_TIMER alone accepted")
+	}
+}

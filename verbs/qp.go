@@ -306,7 +306,10 @@ func (qp *QP) Query() QPAttr {
 
 // Modify changes the QP's attributes and state as ibv_modify_qp does: the
 // mask must hold exactly the attributes the transition requires, plus any
-// it allows.
+// it allows. A mask without QPAttrState changes attributes in the current
+// state, which must allow it (RTS to RTS: MIN_RNR_TIMER, ACCESS_FLAGS ...;
+// INIT to INIT: PKEY_INDEX, PORT, ACCESS_FLAGS or QKEY), as the kernel's
+// ib_modify_qp_is_ok and rdma_rxe do.
 func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	qp.mu.Lock()
 	err := qp.modifyLocked(attr, mask, time.Now())
@@ -331,10 +334,15 @@ func (qp *QP) modifyLocked(attr *QPAttr, mask QPAttrMask, now time.Time) error {
 	if !ok {
 		return &StateError{QPN: qp.qpn, From: from, To: to, Msg: "transition not allowed"}
 	}
+	req := tr.req
 	if mask&QPAttrState == 0 {
-		return &StateError{QPN: qp.qpn, From: from, To: to, Msg: "attribute mask lacks STATE"}
+		// The state stays: the transition from it to itself must exist
+		// (transitionFor said so), and STATE is the one bit it may lack.
+		// libfabric's verbs provider sets MIN_RNR_TIMER alone on a
+		// connected (RTS) QP.
+		req &^= QPAttrState
 	}
-	if missing := tr.req &^ mask; missing != 0 {
+	if missing := req &^ mask; missing != 0 {
 		return &StateError{QPN: qp.qpn, From: from, To: to, Msg: fmt.Sprintf("attribute mask lacks required bits %#x", uint32(missing))}
 	}
 	if extra := mask &^ (tr.req | tr.opt); extra != 0 {
@@ -426,6 +434,9 @@ func (qp *QP) modifyLocked(attr *QPAttr, mask QPAttrMask, now time.Time) error {
 		qp.req.psn = attr.SQPSN & wire.PSNMask
 		qp.req.compPSN = qp.req.psn
 		qp.req.sentPSN = qp.req.psn
+	}
+	if mask&QPAttrState == 0 {
+		return nil // attributes only: no state's entry actions (rxe runs them only for IB_QP_STATE)
 	}
 	switch to {
 	case QPStateReset:

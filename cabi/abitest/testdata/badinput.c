@@ -916,8 +916,19 @@ static void modify_qp_cases(void)
 	known("modify_rts_retry_cnt_8", en(r8), "0");
 	if (r8 == 0)
 		die("the known case modify_rts_retry_cnt_8 now succeeds: update badinput.c");
+	/* Without IBV_QP_STATE: RTR has no transition to itself. */
+	memset(&a, 0, sizeof a);
+	a.min_rnr_timer = 12;
+	ret_case("modify_rtr_min_rnr_timer_alone", ibv_modify_qp(qp, &a, IBV_QP_MIN_RNR_TIMER), "EINVAL");
 	rts_attr(&a, 0, 14, 7);
 	ret_case("modify_rts_ok", ibv_modify_qp(qp, &a, rts_mask), "0");
+	/* RTS to RTS allows MIN_RNR_TIMER (libfabric's verbs provider sets it
+	 * alone on every connected QP), not SQ_PSN. */
+	memset(&a, 0, sizeof a);
+	a.min_rnr_timer = 12;
+	ret_case("modify_rts_min_rnr_timer_alone", ibv_modify_qp(qp, &a, IBV_QP_MIN_RNR_TIMER), "0");
+	ret_case("modify_rts_sq_psn_alone", ibv_modify_qp(qp, &a, IBV_QP_SQ_PSN), "EINVAL");
+	report("modify_alone_left_rts", qs(qp_state(qp)), "RTS");
 	ibv_destroy_qp(qp);
 	ibv_destroy_qp(peer);
 	ibv_destroy_cq(cq);
