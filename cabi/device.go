@@ -258,7 +258,12 @@ func acquireEngine(d *verbs.Device) (*engine, error) {
 	// Not bound to the device's interface: a program in the middle of a
 	// routed chain (a rank whose peers reach it through either of its
 	// links, docs/engines.md) gets its packets whichever link they took.
-	vctx, err := d.Open(&verbs.Options{AnyInterface: true})
+	// Outside the runtime's network poller: the program's own thread reads
+	// the socket while it spins on a CQ (wait.go), and a socket in the
+	// poller's epoll set woke a poller thread for every datagram, on the
+	// program's core (docs/performance.md, the engines). TBRDMA_NETPOLL=1
+	// keeps package net's socket.
+	vctx, err := d.Open(&verbs.Options{AnyInterface: true, NoNetpoll: os.Getenv("TBRDMA_NETPOLL") != "1"})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tbrdma: cannot open device %s: %v\n", d.Name, err)
 		return nil, err

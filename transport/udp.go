@@ -49,6 +49,14 @@ type Options struct {
 	// on send and generic receive offload on receive (Linux only; other
 	// systems never use them).
 	DisableGSO, DisableGRO bool
+	// NoNetpoll (Linux) opens the socket outside the Go runtime's network
+	// poller: a reader waits in poll(2) only while it waits, and a datagram
+	// that arrives while another thread reads the socket itself (an
+	// InlineReader) wakes no one. Package net's sockets are in the poller's
+	// epoll set, so each datagram wakes the thread in epoll_wait, two
+	// context switches per packet on a program's core. Elsewhere it is
+	// ignored.
+	NoNetpoll bool
 	// SkipICRCCheck accepts received packets without verifying their ICRC.
 	// Message.IPID is then 0.
 	SkipICRCCheck bool
@@ -118,8 +126,9 @@ func endpointAs[T any](c Conn) (T, bool) {
 // field's type; portable.go the one-datagram-per-call path; everything else
 // is here.
 type udpConn struct {
-	pc     *net.UDPConn
+	pc     *net.UDPConn // nil with Options.NoNetpoll
 	rc     syscall.RawConn
+	sock   sockCloser     // pc, or the socket rc is
 	laddr  netip.AddrPort // unmapped; the source of every packet sent
 	is6    bool
 	verify bool
@@ -137,6 +146,18 @@ type udpConn struct {
 }
 
 var _ Conn = (*udpConn)(nil)
+
+// sockCloser is what the endpoint needs of its socket beyond RawConn.
+type sockCloser interface {
+	Close() error
+	SetReadDeadline(time.Time) error
+}
+
+// rawSocket is a socket that is its own RawConn (Options.NoNetpoll).
+type rawSocket interface {
+	syscall.RawConn
+	sockCloser
+}
 
 // counters are the endpoint's statistics, updated once per batch.
 type counters struct {
@@ -215,42 +236,28 @@ func Open(laddr netip.AddrPort, opts *Options) (Conn, error) {
 		}
 		ifindex = ifi.Index
 	}
-	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		if err := rc.Control(func(fd uintptr) { serr = setupSocket(fd, is6, opts, ifindex) }); err != nil {
-			return err
-		}
-		return serr
-	}}
-	pconn, err := lc.ListenPacket(context.Background(), network, ap.String())
-	if err != nil {
+	var c *udpConn
+	if opts.NoNetpoll && !opts.forcePortable {
+		rs, ok, err := openNoNetpoll(ap, is6, opts, ifindex, bufSize(opts.ReadBuffer), bufSize(opts.WriteBuffer))
 		switch {
-		case errors.Is(err, syscall.EADDRINUSE):
+		case err != nil && errors.Is(err, syscall.EADDRINUSE):
 			return nil, &PortInUseError{Addr: ap, Err: err}
-		case errors.Is(err, syscall.EADDRNOTAVAIL):
+		case err != nil && errors.Is(err, syscall.EADDRNOTAVAIL):
 			return nil, fmt.Errorf("transport: %v is not an address of this host (pass the address of a local interface): %w", a, err)
+		case err != nil:
+			return nil, fmt.Errorf("transport: open %v: %w", ap, err)
+		case ok:
+			c = &udpConn{rc: rs, sock: rs}
 		}
-		return nil, fmt.Errorf("transport: open %v: %w", ap, err)
 	}
-	pc := pconn.(*net.UDPConn)
-	rc, err := pc.SyscallConn()
-	if err != nil {
-		pc.Close()
-		return nil, fmt.Errorf("transport: open %v: %w", ap, err)
+	if c == nil {
+		pc, rc, err := openNet(ap, network, is6, opts, ifindex)
+		if err != nil {
+			return nil, err
+		}
+		c = &udpConn{pc: pc, rc: rc, sock: pc}
 	}
-	if err := setBuffers(pc, rc, bufSize(opts.ReadBuffer), bufSize(opts.WriteBuffer)); err != nil {
-		pc.Close()
-		return nil, fmt.Errorf("transport: open %v: socket buffers: %w", ap, err)
-	}
-	c := &udpConn{
-		pc:     pc,
-		rc:     rc,
-		laddr:  ap,
-		is6:    is6,
-		verify: !opts.SkipICRCCheck,
-		maxPkt: maxPkt,
-		log:    opts.Logger,
-	}
+	c.laddr, c.is6, c.verify, c.maxPkt, c.log = ap, is6, !opts.SkipICRCCheck, maxPkt, opts.Logger
 	if opts.forcePortable {
 		c.portable = newPortableState(maxPkt)
 		c.offloads = Offloads{
@@ -258,7 +265,7 @@ func Open(laddr netip.AddrPort, opts *Options) (Conn, error) {
 			GROError: &OffloadError{Offload: "UDP GRO", Err: errDisabledByOption},
 		}
 	} else if err := c.initSys(opts); err != nil {
-		pc.Close()
+		c.sock.Close()
 		return nil, fmt.Errorf("transport: open %v: %w", ap, err)
 	}
 	if c.log != nil {
@@ -275,6 +282,39 @@ func Open(laddr netip.AddrPort, opts *Options) (Conn, error) {
 		}
 	}
 	return c, nil
+}
+
+// openNet opens the endpoint's socket through package net.
+func openNet(ap netip.AddrPort, network string, is6 bool, opts *Options, ifindex int) (*net.UDPConn, syscall.RawConn, error) {
+	a := ap.Addr()
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) { serr = setupSocket(fd, is6, opts, ifindex) }); err != nil {
+			return err
+		}
+		return serr
+	}}
+	pconn, err := lc.ListenPacket(context.Background(), network, ap.String())
+	if err != nil {
+		switch {
+		case errors.Is(err, syscall.EADDRINUSE):
+			return nil, nil, &PortInUseError{Addr: ap, Err: err}
+		case errors.Is(err, syscall.EADDRNOTAVAIL):
+			return nil, nil, fmt.Errorf("transport: %v is not an address of this host (pass the address of a local interface): %w", a, err)
+		}
+		return nil, nil, fmt.Errorf("transport: open %v: %w", ap, err)
+	}
+	pc := pconn.(*net.UDPConn)
+	rc, err := pc.SyscallConn()
+	if err != nil {
+		pc.Close()
+		return nil, nil, fmt.Errorf("transport: open %v: %w", ap, err)
+	}
+	if err := setBuffers(pc, rc, bufSize(opts.ReadBuffer), bufSize(opts.WriteBuffer)); err != nil {
+		pc.Close()
+		return nil, nil, fmt.Errorf("transport: open %v: socket buffers: %w", ap, err)
+	}
+	return pc, rc, nil
 }
 
 func bufSize(n int) int {
@@ -440,7 +480,7 @@ func (c *udpConn) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
-	return c.pc.Close()
+	return c.sock.Close()
 }
 
 // setBuffersPortable sets the socket buffer sizes through net.UDPConn (a
@@ -541,5 +581,5 @@ func (r inlineReader) SetReadDeadline(t time.Time) error {
 	// A reader spinning inside its receive call (busy poll, kernel wait)
 	// would not see the deadline until its window closed.
 	r.c.kick(!t.IsZero() && !t.After(time.Now()))
-	return r.c.pc.SetReadDeadline(t)
+	return r.c.sock.SetReadDeadline(t)
 }

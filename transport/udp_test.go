@@ -190,6 +190,13 @@ func loopbackName() string {
 
 func TestPortInUse(t *testing.T) {
 	open(t, addrA, nil)
+	// Whichever kind of socket tries second, the error is the same.
+	if c, err := Open(addrA, &Options{NoNetpoll: true}); !errors.Is(err, ErrPortInUse) {
+		if err == nil {
+			c.Close()
+		}
+		t.Errorf("second Open with NoNetpoll: %v, want ErrPortInUse", err)
+	}
 	c, err := Open(addrA, nil)
 	if err == nil {
 		c.Close()
@@ -213,8 +220,8 @@ func TestPortInUse(t *testing.T) {
 
 func TestExchange(t *testing.T) {
 	for _, tc := range []struct {
-		name                         string
-		noGSO, noGRO, skip, portable bool
+		name                                    string
+		noGSO, noGRO, skip, portable, noNetpoll bool
 	}{
 		{name: "offloads"},
 		{name: "gso only", noGRO: true},
@@ -222,10 +229,11 @@ func TestExchange(t *testing.T) {
 		{name: "no offloads", noGSO: true, noGRO: true},
 		{name: "no icrc check", skip: true},
 		{name: "portable", noGSO: true, noGRO: true, portable: true},
+		{name: "no netpoll", noNetpoll: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := open(t, addrA, &Options{DisableGSO: tc.noGSO, DisableGRO: tc.noGRO, forcePortable: tc.portable})
-			b := open(t, addrB, &Options{DisableGSO: tc.noGSO, DisableGRO: tc.noGRO, SkipICRCCheck: tc.skip, forcePortable: tc.portable})
+			a := open(t, addrA, &Options{DisableGSO: tc.noGSO, DisableGRO: tc.noGRO, forcePortable: tc.portable, NoNetpoll: tc.noNetpoll})
+			b := open(t, addrB, &Options{DisableGSO: tc.noGSO, DisableGRO: tc.noGRO, SkipICRCCheck: tc.skip, forcePortable: tc.portable, NoNetpoll: tc.noNetpoll})
 			offA, _ := OffloadsOf(a)
 			offB, _ := OffloadsOf(b)
 			t.Logf("sender %+v, receiver %+v", offA, offB)
@@ -381,7 +389,13 @@ func TestIPv6(t *testing.T) {
 }
 
 func TestCloseUnblocksRead(t *testing.T) {
-	c, err := Open(addrA, nil)
+	for _, nn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoNetpoll=%v", nn), func(t *testing.T) { testCloseUnblocksRead(t, &Options{NoNetpoll: nn}) })
+	}
+}
+
+func testCloseUnblocksRead(t *testing.T, o *Options) {
+	c, err := Open(addrA, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,6 +51,11 @@ type Options struct {
 	// "wrong" one of its addresses (rdma_rxe, like the default, accepts a
 	// packet only on the address's own link and sends only out of it).
 	AnyInterface bool
+	// NoNetpoll opens the default UDP endpoint outside the Go runtime's
+	// network poller (transport.Options.NoNetpoll, Linux): for a process
+	// whose own threads read the socket while they spin (SetInlineReceive),
+	// so that arriving datagrams wake no poller thread.
+	NoNetpoll bool
 	// ActiveMTU is the port's active IB MTU; it defaults to 4096.
 	ActiveMTU MTU
 	// MaxSegmentSize, when not 0, enables the large-segment extension (see
@@ -131,7 +136,7 @@ func NewContext(opts *Options) (*Context, error) {
 		if !opts.Addr.IsValid() {
 			return nil, errors.New("verbs: no transport: set Options.Conn or Options.Addr to an interface address")
 		}
-		to := &transport.Options{Interface: opts.Interface}
+		to := &transport.Options{Interface: opts.Interface, NoNetpoll: opts.NoNetpoll}
 		if opts.MaxSegmentSize > 0 {
 			to.MaxPacketSize = opts.MaxSegmentSize + wire.MaxHeaderRoom + 3 + wire.ICRCSize
 		}

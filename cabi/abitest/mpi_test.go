@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -230,11 +231,15 @@ func TestMPILinkDown(t *testing.T) {
 		lan  bool
 		mca  []string
 		want string
+		kill bool // kill rank 1 instead of taking its link down
 	}{
-		{"lan", true, []string{"oob_tcp_if_include", "lan0"}, "transport retry counter exceeded"},
+		{"lan", true, []string{"oob_tcp_if_include", "lan0"}, "transport retry counter exceeded", false},
 		{"thunderbolt-only", false, []string{"oob_tcp_if_include", "thunderbolt0",
 			"oob_tcp_keepalive_time", "3", "oob_tcp_keepalive_intvl", "1", "oob_tcp_keepalive_probes", "3"},
-			"ORTE has lost communication with a remote daemon"},
+			"ORTE has lost communication with a remote daemon", false},
+		// The peer's process dies (SIGKILL): its daemon sees it and mpirun
+		// ends the job.
+		{"peer-killed", false, nil, "exited on signal 9", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l := NewLink(t)
@@ -260,15 +265,44 @@ func TestMPILinkDown(t *testing.T) {
 			}
 			time.Sleep(time.Second)
 			down := time.Now()
-			ipCmd(t, "-n", l.NsB, "link", "set", "thunderbolt0", "down")
-			progress("TestMPILinkDown/%s: rank 1's link is down; waiting for mpirun to exit", c.name)
+			if c.kill {
+				killRank(t, l.NsB, filepath.Base(bin))
+				progress("TestMPILinkDown/%s: rank 1 killed; waiting for mpirun to exit", c.name)
+			} else {
+				ipCmd(t, "-n", l.NsB, "link", "set", "thunderbolt0", "down")
+				progress("TestMPILinkDown/%s: rank 1's link is down; waiting for mpirun to exit", c.name)
+			}
 			r := s.Wait()
 			took := time.Since(down)
 			if r.Err == nil || !strings.Contains(r.Out, c.want) || took > 60*time.Second {
-				t.Fatalf("mpirun: %v %v after the link went down; want non-zero within 60 s, naming %q\n%s",
+				t.Fatalf("mpirun: %v %v after the fault; want non-zero within 60 s, naming %q\n%s",
 					errText(r.Err), took.Round(time.Millisecond), c.want, indent(r.Out))
 			}
-			t.Logf("mpirun: %v %v after the link went down, %q", errText(r.Err), took.Round(time.Millisecond), c.want)
+			t.Logf("mpirun: %v %v after the fault, %q", errText(r.Err), took.Round(time.Millisecond), c.want)
 		})
+	}
+}
+
+// killRank kills (SIGKILL) the processes named comm in namespace ns: a
+// rank of the job this test started.
+func killRank(t *testing.T, ns, comm string) {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "pids", ns).Output()
+	if err != nil {
+		t.Fatalf("ip netns pids %s: %v", ns, err)
+	}
+	n := 0
+	for _, f := range strings.Fields(string(out)) {
+		b, err := os.ReadFile("/proc/" + f + "/comm")
+		if err != nil || strings.TrimSpace(string(b)) != comm {
+			continue
+		}
+		pid, _ := strconv.Atoi(f)
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no %s process in %s to kill", comm, ns)
 	}
 }
