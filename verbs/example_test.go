@@ -10,7 +10,8 @@ import (
 
 // Example connects two RC queue pairs on loopback and moves 16 bytes with
 // one RDMA WRITE: the ibverbs sequence of PD, MR, CQ, QP, INIT → RTR → RTS,
-// post, poll.
+// post, poll. The WRITE carries an immediate value, so that B learns from
+// its own CQ that the bytes are in its memory before it reads them.
 func Example() {
 	open := func(ip string) (*verbs.Context, *verbs.PD, *verbs.CQ, *verbs.QP, *verbs.MR) {
 		ctx, err := verbs.NewContext(&verbs.Options{Addr: netip.MustParseAddr(ip)})
@@ -32,7 +33,7 @@ func Example() {
 	}
 	ctxA, _, cqA, qpA, mrA := open("127.0.99.1")
 	defer ctxA.Close()
-	ctxB, _, _, qpB, mrB := open("127.0.99.2")
+	ctxB, _, cqB, qpB, mrB := open("127.0.99.2")
 	defer ctxB.Close()
 
 	connect := func(qp *verbs.QP, peer *verbs.Context, peerQPN verbs.QPN) {
@@ -48,20 +49,30 @@ func Example() {
 	connect(qpA, ctxB, qpB.QPN())
 	connect(qpB, ctxA, qpA.QPN())
 
-	copy(mrA.Buf(), "hello over RoCE!")
-	_, err := qpA.PostSend(verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-		SGList: []verbs.SGE{mrA.SGE(0, 16)}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()})
+	// The immediate consumes a receive on B.
+	_, err := qpB.PostRecv(verbs.RecvWR{WRID: 2})
 	must(err)
-	wc := make([]verbs.WC, 1)
-	for {
-		n, err := cqA.Poll(wc)
-		must(err)
-		if n == 1 {
-			break
+	copy(mrA.Buf(), "hello over RoCE!")
+	_, err = qpA.PostSend(verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{mrA.SGE(0, 16)}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey(), ImmData: 42})
+	must(err)
+	poll := func(cq *verbs.CQ) verbs.WC {
+		wc := make([]verbs.WC, 1)
+		for {
+			n, err := cq.Poll(wc)
+			must(err)
+			if n == 1 {
+				return wc[0]
+			}
 		}
 	}
-	fmt.Println(wc[0].Status, wc[0].Opcode, string(mrB.Buf()[:16]))
-	// Output: success RDMA_WRITE hello over RoCE!
+	wc := poll(cqA)
+	fmt.Println("A:", wc.Status, wc.Opcode)
+	wc = poll(cqB)
+	fmt.Println("B:", wc.Status, wc.Opcode, wc.ImmData, string(mrB.Buf()[:16]))
+	// Output:
+	// A: success RDMA_WRITE
+	// B: success RECV_RDMA_WITH_IMM 42 hello over RoCE!
 }
 
 func must(err error) {

@@ -35,7 +35,13 @@ func memPair(t testing.TB, seed uint64, f transporttest.Faults, o verbstest.Opti
 func TestSuiteMemoryAndUDP(t *testing.T) {
 	for _, real := range []bool{false, true} {
 		t.Run(fmt.Sprintf("udp=%v", real), func(t *testing.T) {
-			o := verbstest.Options{BufSize: 4 << 20, PathMTU: verbs.MTU1024}
+			// ACK timeout 16 (268 ms), not 14 (67 ms): the responder
+			// answers a 4 MiB READ (4096 packets) in one burst, which under
+			// the race detector takes longer than 67 ms. The requester then
+			// times out and asks again, each request answered with 4 MiB
+			// more, and the SEND that follows waits behind them until it
+			// runs out of retries. Nothing here is lost; no fault is set.
+			o := verbstest.Options{BufSize: 4 << 20, PathMTU: verbs.MTU1024, Timeout: 16}
 			var p *verbstest.Pair
 			if real {
 				p = verbstest.NewPair(t, o)
@@ -58,10 +64,12 @@ func exerciseRC(t *testing.T, p *verbstest.Pair, sizes []int) {
 		mustPost(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 			SGList: []verbs.SGE{a.MR.SGE(0, size)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()})
 		wantOK(t, a.Wait(t, 1), verbs.WCRDMAWrite)
+		tell(t, a, b) // the WRITE has landed
 		if !bytes.Equal(a.Buf[:size], b.Buf[:size]) {
 			t.Fatalf("size %d: WRITE data differs", size)
 		}
 		fill(b.Buf[:size], uint64(i)+100)
+		tell(t, b, a) // the READ's source is ready
 		mustPost(t, a.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
 			SGList: []verbs.SGE{a.MR.SGE(0, size)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()})
 		wantOK(t, a.Wait(t, 1), verbs.WCRDMARead)
@@ -79,11 +87,13 @@ func exerciseRC(t *testing.T, p *verbstest.Pair, sizes []int) {
 		if rw[0].ByteLen != uint32(size) || !bytes.Equal(a.Buf[:size], b.Buf[:size]) {
 			t.Fatalf("size %d: SEND data differs (byte_len %d)", size, rw[0].ByteLen)
 		}
+		tell(t, b, a) // b is done with its buffer
 	}
 	// Atomics: 200 fetch-and-adds of 1, 16 outstanding at a time. Each must
 	// return a distinct original value and the sum must be exact.
 	const n = 200
 	binary.NativeEndian.PutUint64(b.Buf[0:], 0)
+	tell(t, b, a)
 	seen := make(map[uint64]bool)
 	for done := 0; done < n; {
 		batch := min(16, n-done)
@@ -103,6 +113,7 @@ func exerciseRC(t *testing.T, p *verbstest.Pair, sizes []int) {
 		}
 		done += batch
 	}
+	tell(t, a, b) // the atomics have executed
 	if got := binary.NativeEndian.Uint64(b.Buf[0:]); got != n {
 		t.Fatalf("after %d fetch-and-adds of 1 the counter is %d", n, got)
 	}
@@ -235,7 +246,7 @@ func TestRNRRetryExhaustion(t *testing.T) {
 // TestManyQPs runs 32 QP pairs on one pair of contexts at once.
 func TestManyQPs(t *testing.T) {
 	const qps = 32
-	base := verbstest.NewPair(t, verbstest.Options{BufSize: 1 << 20})
+	base := verbstest.NewPair(t, verbstest.Options{BufSize: 2 * qps * (32 << 10)}) // a slice and its read-back per QP
 	done := make(chan error, qps)
 	for i := 0; i < qps; i++ {
 		go func(i int) {
@@ -282,31 +293,47 @@ func oneQP(base *verbstest.Pair, i int) error {
 	if err := verbstest.Connect(b, a, o); err != nil {
 		return err
 	}
-	// Each QP writes its own 32 KiB slice and reads it back.
-	off, size := i*32<<10, 32<<10
+	// Each QP writes its own 32 KiB slice of b's buffer and reads it back
+	// into the second half of a's over the QP (not from b.Buf: the race
+	// detector cannot see that the WRITE's ACK came over a socket after b's
+	// receive loop wrote it).
+	off, size, back := i*32<<10, 32<<10, len(a.Buf)/2
 	fill(a.Buf[off:off+size], uint64(i))
+	wait := func(op verbs.WCOpcode) error {
+		wc := make([]verbs.WC, 1)
+		for deadline := time.Now().Add(60 * time.Second); ; {
+			n, err := a.CQ.Poll(wc)
+			if err != nil {
+				return err
+			}
+			if n == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("QP %d: no %v completion", i, op)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		if wc[0].Status != verbs.WCSuccess || wc[0].Opcode != op {
+			return fmt.Errorf("QP %d: %v %v", i, wc[0].Opcode, wc[0].Status)
+		}
+		return nil
+	}
 	if _, err := a.QP.PostSend(verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 		SGList: []verbs.SGE{a.MR.SGE(off, size)}, RemoteAddr: b.MR.Addr() + uint64(off), RKey: b.MR.RKey()}); err != nil {
 		return err
 	}
-	wc := make([]verbs.WC, 1)
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		n, err := a.CQ.Poll(wc)
-		if err != nil {
-			return err
-		}
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("QP %d: no completion", i)
-		}
-		time.Sleep(100 * time.Microsecond)
+	if err := wait(verbs.WCRDMAWrite); err != nil {
+		return err
 	}
-	if wc[0].Status != verbs.WCSuccess {
-		return fmt.Errorf("QP %d: %v", i, wc[0].Status)
+	if _, err := a.QP.PostSend(verbs.SendWR{Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(back+off, size)}, RemoteAddr: b.MR.Addr() + uint64(off), RKey: b.MR.RKey()}); err != nil {
+		return err
 	}
-	if !bytes.Equal(a.Buf[off:off+size], b.Buf[off:off+size]) {
+	if err := wait(verbs.WCRDMARead); err != nil {
+		return err
+	}
+	if !bytes.Equal(a.Buf[off:off+size], a.Buf[back+off:back+off+size]) {
 		return fmt.Errorf("QP %d: data differs", i)
 	}
 	return nil

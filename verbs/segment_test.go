@@ -44,9 +44,6 @@ func TestLargeSegmentsRC(t *testing.T) {
 			mustPost(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 				SGList: []verbs.SGE{a.MR.SGE(0, size)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()})
 			wantOK(t, a.Wait(t, 1), verbs.WCRDMAWrite)
-			if !bytes.Equal(a.Buf[:size], b.Buf[:size]) {
-				t.Fatalf("seg %d size %d: WRITE data differs", seg, size)
-			}
 			// The WRITE took ceil(size/seg) packets (the counters also
 			// count retransmissions, so at least that many; a 4096-byte
 			// path MTU would have needed more than twice as many).
@@ -54,8 +51,13 @@ func TestLargeSegmentsRC(t *testing.T) {
 			if sent := a.Ctx.Counters().PacketsOut - before; sent < uint64(npk) || size >= 2*seg && sent >= uint64((size+4095)/4096) {
 				t.Fatalf("seg %d size %d: %d packets out, want about %d", seg, size, sent, npk)
 			}
+			tell(t, a, b) // the WRITE has landed
+			if !bytes.Equal(a.Buf[:size], b.Buf[:size]) {
+				t.Fatalf("seg %d size %d: WRITE data differs", seg, size)
+			}
 			half := len(a.Buf) / 2
 			fill(b.Buf[:size], uint64(size)+1)
+			tell(t, b, a) // the READ's source is ready
 			mustPost(t, a.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
 				SGList: []verbs.SGE{a.MR.SGE(half, size)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()})
 			wc := a.Wait(t, 1)
