@@ -110,7 +110,14 @@ func (s *rawSock) Control(f func(fd uintptr)) error {
 // Read calls f until it returns true, waiting for the socket to be
 // readable in between; it ends with os.ErrDeadlineExceeded once the read
 // deadline has passed and with net.ErrClosed after Close.
-func (s *rawSock) Read(f func(fd uintptr) bool) error {
+func (s *rawSock) Read(f func(fd uintptr) bool) error { return s.do(f, unix.POLLIN) }
+
+// Write calls f until it returns true, waiting for the socket to be
+// writable in between.
+func (s *rawSock) Write(f func(fd uintptr) bool) error { return s.do(f, unix.POLLOUT) }
+
+// do is Read (events POLLIN, which has a deadline) or Write (POLLOUT).
+func (s *rawSock) do(f func(fd uintptr) bool, events int16) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for {
@@ -118,7 +125,7 @@ func (s *rawSock) Read(f func(fd uintptr) bool) error {
 			return net.ErrClosed
 		}
 		timeout := rawSockSlice
-		if dl := s.deadline.Load(); dl != 0 {
+		if dl := s.deadline.Load(); dl != 0 && events == unix.POLLIN {
 			d := time.Until(time.Unix(0, dl))
 			if d <= 0 {
 				return os.ErrDeadlineExceeded
@@ -128,25 +135,7 @@ func (s *rawSock) Read(f func(fd uintptr) bool) error {
 		if f(uintptr(s.fd)) {
 			return nil
 		}
-		if err := s.wait(unix.POLLIN, timeout); err != nil {
-			return err
-		}
-	}
-}
-
-// Write calls f until it returns true, waiting for the socket to be
-// writable in between.
-func (s *rawSock) Write(f func(fd uintptr) bool) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	for {
-		if s.closed.Load() {
-			return net.ErrClosed
-		}
-		if f(uintptr(s.fd)) {
-			return nil
-		}
-		if err := s.wait(unix.POLLOUT, rawSockSlice); err != nil {
+		if err := s.wait(events, timeout); err != nil {
 			return err
 		}
 	}

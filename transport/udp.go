@@ -240,12 +240,8 @@ func Open(laddr netip.AddrPort, opts *Options) (Conn, error) {
 	if opts.NoNetpoll && !opts.forcePortable {
 		rs, ok, err := openNoNetpoll(ap, is6, opts, ifindex, bufSize(opts.ReadBuffer), bufSize(opts.WriteBuffer))
 		switch {
-		case err != nil && errors.Is(err, syscall.EADDRINUSE):
-			return nil, &PortInUseError{Addr: ap, Err: err}
-		case err != nil && errors.Is(err, syscall.EADDRNOTAVAIL):
-			return nil, fmt.Errorf("transport: %v is not an address of this host (pass the address of a local interface): %w", a, err)
 		case err != nil:
-			return nil, fmt.Errorf("transport: open %v: %w", ap, err)
+			return nil, bindError(ap, err)
 		case ok:
 			c = &udpConn{rc: rs, sock: rs}
 		}
@@ -284,9 +280,20 @@ func Open(laddr netip.AddrPort, opts *Options) (Conn, error) {
 	return c, nil
 }
 
+// bindError says what went wrong opening a socket on ap: the port taken
+// (a *PortInUseError), an address that is not this host's, or else.
+func bindError(ap netip.AddrPort, err error) error {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return &PortInUseError{Addr: ap, Err: err}
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return fmt.Errorf("transport: %v is not an address of this host (pass the address of a local interface): %w", ap.Addr(), err)
+	}
+	return fmt.Errorf("transport: open %v: %w", ap, err)
+}
+
 // openNet opens the endpoint's socket through package net.
 func openNet(ap netip.AddrPort, network string, is6 bool, opts *Options, ifindex int) (*net.UDPConn, syscall.RawConn, error) {
-	a := ap.Addr()
 	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
 		var serr error
 		if err := rc.Control(func(fd uintptr) { serr = setupSocket(fd, is6, opts, ifindex) }); err != nil {
@@ -296,13 +303,7 @@ func openNet(ap netip.AddrPort, network string, is6 bool, opts *Options, ifindex
 	}}
 	pconn, err := lc.ListenPacket(context.Background(), network, ap.String())
 	if err != nil {
-		switch {
-		case errors.Is(err, syscall.EADDRINUSE):
-			return nil, nil, &PortInUseError{Addr: ap, Err: err}
-		case errors.Is(err, syscall.EADDRNOTAVAIL):
-			return nil, nil, fmt.Errorf("transport: %v is not an address of this host (pass the address of a local interface): %w", a, err)
-		}
-		return nil, nil, fmt.Errorf("transport: open %v: %w", ap, err)
+		return nil, nil, bindError(ap, err)
 	}
 	pc := pconn.(*net.UDPConn)
 	rc, err := pc.SyscallConn()
