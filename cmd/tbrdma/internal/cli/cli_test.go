@@ -51,7 +51,10 @@ func TestExitCodes(t *testing.T) {
 		{"two peers", []string{"pingpong", "a", "b"}, ExitUsage, "too many arguments"},
 		{"unknown command", []string{"frobnicate"}, ExitUsage, "unknown command"},
 		{"atomic size", []string{"atomic-lat", "-s", "16", "x"}, ExitUsage, "atomic operations are 8 bytes"},
-		{"usage printed", []string{"read-lat", "-c", "UD"}, ExitUsage, "Usage:"},
+		{"usage printed", []string{"read-lat", "-c", "UD"}, ExitUsage, "Usage: tbrdma read-lat [flags] [peer]\nRun 'tbrdma read-lat --help' for the flags and examples.\n"},
+		{"perftest -D", []string{"write-bw", "-D", "5", "x"}, ExitUsage, "perftest's -D/--duration (run for a time) is not supported: give a count with -n ITERATIONS\nUsage:"},
+		{"perftest --out_json", []string{"send-lat", "--out_json"}, ExitUsage, "perftest's --out_json is tbrdma's --json"},
+		{"perftest -Q on a latency test", []string{"read-lat", "-Q", "1", "x"}, ExitUsage, "applies to the bandwidth tests only"},
 		{"help", []string{"pingpong", "--help"}, ExitOK, ""},
 		{"peer failed", []string{"pingpong", "-p", "1", "--bind", "127.0.0.1", "127.0.0.1"}, ExitFailed, "couldn't connect to 127.0.0.1:1"},
 	}

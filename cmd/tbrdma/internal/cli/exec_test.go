@@ -293,7 +293,7 @@ func TestExecArgs(t *testing.T) {
 	} {
 		f, out, errOut := testFactory()
 		if code := run(context.Background(), f, c.args); code != ExitUsage || !strings.Contains(errOut.String(), c.want) ||
-			!strings.Contains(errOut.String(), "Usage:\n  tbrdma exec [--] PROGRAM [ARGS...]") || out.Len() != 0 {
+			!strings.Contains(errOut.String(), "Usage: tbrdma exec [--] PROGRAM [ARGS...]") || out.Len() != 0 {
 			t.Errorf("%q: exit %d, stderr lacks %q or the usage:\n%s", c.args, code, c.want, errOut)
 		}
 	}

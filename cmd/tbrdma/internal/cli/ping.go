@@ -40,12 +40,15 @@ type pingOptions struct {
 	Port     int
 	Bind     string
 	JSON     bool
+	Quiet    bool
+	Deadline float64 // seconds, 0: none
+	Numeric  bool
 	// Static are --static peers, name=address[:port]: the peer argument
 	// may name one of them.
 	Static []string
 
-	bind              netip.Addr
-	interval, timeout time.Duration
+	bind                        netip.Addr
+	interval, timeout, deadline time.Duration
 }
 
 func newCmdPing(f *Factory, runF func(*pingOptions) error) *cobra.Command {
@@ -68,12 +71,17 @@ ends should use the same size (the stock server reads at most its own).
 
 -W bounds each wait: the connection's setup, and each of an iteration's two
 "go ahead"s. rping's protocol cannot skip an iteration, so a reply that does
-not come in time ends the run (ping(8) would go on).
+not come in time ends the run (ping(8) would go on). -w bounds the whole run,
+as ping(8)'s deadline: ping stops then, however many replies came. -q prints
+only the PING line and the summary (with --json, only the summary object).
+-n is accepted for ping(8)'s habit: tbrdma prints addresses as numbers.
 
-Exit status: 0 if any reply arrived, 1 otherwise (none arrived, or the peer
-refused or never answered), 2 for bad usage.`,
+Exit status: 0 if any reply arrived (with -c and -w: if all count replies
+arrived before the deadline), 1 otherwise (none arrived, or the peer refused
+or never answered), 2 for bad usage.`,
 		Example: `  tbrdma ping -c 5 198.18.0.2                 # peer running "rping -s -a 198.18.0.2"
-  tbrdma ping --bind 198.18.0.1 -i 0.2 198.18.0.2`,
+  tbrdma ping --bind 198.18.0.1 -i 0.2 198.18.0.2
+  tbrdma ping -q -w 5 -i 0.1 198.18.0.2        # only the summary, after 5 s`,
 		RunE: func(c *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return FlagErrorf("ping needs one peer address, got %d arguments", len(args))
@@ -103,6 +111,9 @@ refused or never answered), 2 for bad usage.`,
 	fl.Float64VarP(&opts.Timeout, "timeout", "W", 10, "wait at most `seconds` for the connection and for each reply")
 	fl.IntVarP(&opts.Port, "port", "p", rping.DefaultPort, "rdma_cm `port` of the peer")
 	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` for RoCE (default: the kernel's source address for the peer)")
+	fl.BoolVarP(&opts.Quiet, "quiet", "q", false, "print only the PING line and the summary, as ping(8) -q")
+	fl.Float64VarP(&opts.Deadline, "deadline", "w", 0, "stop after `seconds` in all, however many replies came (0: no deadline), as ping(8) -w")
+	fl.BoolVarP(&opts.Numeric, "numeric", "n", false, "numeric output (accepted for ping(8)'s habit: addresses are always printed as numbers)")
 	fl.BoolVar(&opts.JSON, "json", false, "one JSON object per reply and a summary object (schemaVersion 1, raw units)")
 	fl.StringArrayVar(&opts.Static, "static", nil, "a peer named by hand, `name=address[:port]`, where mDNS does not work (repeatable, or comma-separated)")
 	return cmd
@@ -128,6 +139,10 @@ func (o *pingOptions) check() error {
 	if o.Port < 1 || o.Port > 65535 {
 		return FlagErrorf("invalid -p %d: want 1..65535", o.Port)
 	}
+	if o.Deadline < 0 || math.IsNaN(o.Deadline) || o.Deadline > 1e6 {
+		return FlagErrorf("invalid -w %v: want seconds, 0 (no deadline) or more", o.Deadline)
+	}
+	o.deadline = time.Duration(o.Deadline * float64(time.Second))
 	o.interval = time.Duration(o.Interval * float64(time.Second))
 	o.timeout = time.Duration(o.Timeout * float64(time.Second))
 	return nil
@@ -228,7 +243,21 @@ func pingTime(rtt time.Duration) string {
 
 func runPing(ctx context.Context, o *pingOptions) error {
 	out, errOut := o.IO.Out, o.IO.ErrOut
+	if o.deadline > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.deadline)
+		defer cancel()
+	}
 	enc := json.NewEncoder(out)
+	replies := out // the reply lines: none with -q
+	if o.Quiet {
+		replies = io.Discard
+	}
+	replyJSON := func(r jsonout.PingV1) {
+		if !o.Quiet {
+			enc.Encode(r)
+		}
+	}
 	human := out // the PING line: with --json, on stderr when it is a terminal
 	if o.JSON {
 		human = io.Discard
@@ -272,17 +301,17 @@ func runPing(ctx context.Context, o *pingOptions) error {
 		case err == nil && o.JSON:
 			st.add(rtt)
 			reply.OK = true
-			enc.Encode(reply)
+			replyJSON(reply)
 		case err == nil:
 			st.add(rtt)
-			fmt.Fprintf(out, "%d bytes from %s: seq=%d time=%s ms\n", o.Size, addr, seq, pingTime(rtt))
+			fmt.Fprintf(replies, "%d bytes from %s: seq=%d time=%s ms\n", o.Size, addr, seq, pingTime(rtt))
 		case errors.As(err, &mm) && o.JSON:
 			st.errors++
 			reply.Mismatch = &jsonout.PingMismatchV1{Offset: mm.Offset, Want: mm.Want, Got: mm.Got}
-			enc.Encode(reply)
+			replyJSON(reply)
 		case errors.As(err, &mm):
 			st.errors++
-			fmt.Fprintf(out, "%d bytes from %s: seq=%d time=%s ms (BAD ECHO: byte #%d should be 0x%02x but was 0x%02x)\n",
+			fmt.Fprintf(replies, "%d bytes from %s: seq=%d time=%s ms (BAD ECHO: byte #%d should be 0x%02x but was 0x%02x)\n",
 				o.Size, addr, seq, pingTime(rtt), mm.Offset, mm.Want, mm.Got)
 		default:
 			end = err
@@ -316,7 +345,7 @@ func runPing(ctx context.Context, o *pingOptions) error {
 	}
 	cl.Close()
 	summary(addr, elapsed)
-	if st.received == 0 {
+	if st.received == 0 || o.deadline > 0 && o.Count > 0 && st.received < o.Count {
 		return errSilent
 	}
 	return nil

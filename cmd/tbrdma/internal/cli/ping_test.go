@@ -144,6 +144,42 @@ func TestPingServeLoopback(t *testing.T) {
 	}
 }
 
+// TestPingQuietDeadline runs ping(8)'s -q -w against serve: the run ends at
+// the deadline with no reply lines, only the PING line and the summary; with
+// -c more than the deadline allows, the exit status is 1 as ping(8)'s.
+func TestPingQuietDeadline(t *testing.T) {
+	sa, ca := rdmaAddr(t), rdmaAddr(t)
+	startServe(t, sa)
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"-q", "-w", "1", "-i", "0.1"}, ExitOK},
+		{[]string{"-q", "-n", "-w", "0.5", "-i", "0.1", "-c", "1000"}, ExitFailed},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			f, out, errOut := testFactory()
+			start := time.Now()
+			code := run(context.Background(), f, append(append([]string{"ping"}, c.args...), "--bind", ca.String(), sa.String()))
+			took := time.Since(start)
+			if code != c.code {
+				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, c.code, out, errOut)
+			}
+			if took > 10*time.Second {
+				t.Errorf("ping -w ran %v", took)
+			}
+			s := out.String()
+			if strings.Contains(s, "bytes from") || !strings.HasPrefix(s, "PING ") || !strings.Contains(s, "rdma ping statistics") {
+				t.Errorf("-q output: want only the PING line and the summary, got:\n%s", s)
+			}
+			m := regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`).FindStringSubmatch(s)
+			if m == nil || m[2] == "0" {
+				t.Errorf("summary: want some replies received before the deadline:\n%s", s)
+			}
+		})
+	}
+}
+
 // TestPingInterrupted checks ping(8)'s behaviour on Ctrl-C: the summary,
 // and exit 0 since replies came; the server disconnects a peer that stays.
 func TestPingInterrupted(t *testing.T) {
@@ -218,6 +254,8 @@ func TestPingServeUsage(t *testing.T) {
 		{[]string{"ping", "-c", "-1", "x"}, "invalid -c -1"},
 		{[]string{"ping", "-p", "0", "x"}, "invalid -p 0"},
 		{[]string{"ping", "--bind", "nope", "x"}, `invalid --bind "nope"`},
+		{[]string{"ping", "-w", "-1", "x"}, "invalid -w -1"},
+		{[]string{"ping", "-t", "3", "x"}, "ping(8)'s -t TTL does not apply"},
 		{[]string{"ping", "--count", "x", "y"}, "invalid argument"},
 		{[]string{"serve", "x"}, "too many arguments"},
 		{[]string{"serve", "-p", "70000"}, "invalid -p 70000"},

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	rdebug "runtime/debug"
 	"strings"
 	"syscall"
 
@@ -77,7 +78,7 @@ func run(ctx context.Context, f *Factory, args []string) int {
 	code := exitCode(err, ctx.Err() != nil)
 	switch {
 	case code == ExitUsage:
-		fmt.Fprintf(f.IO.ErrOut, "tbrdma: %v\n\n%s", err, cmd.UsageString())
+		printUsageError(f.IO.ErrOut, cmd, err)
 	case code == ExitInterrupted:
 		fmt.Fprintln(f.IO.ErrOut, "tbrdma: interrupted")
 	case errors.Is(err, errSilent):
@@ -126,6 +127,10 @@ ib_read_lat, and so on.`,
 			return nil
 		},
 	}
+	// tbrdma --version prints what "tbrdma version" prints.
+	root.Version = buildVersion(rdebug.ReadBuildInfo).text()
+	root.SetVersionTemplate("{{.Version}}")
+	root.Flags().BoolP("version", "v", false, `print tbrdma's version (as "tbrdma version")`)
 	root.SetOut(f.IO.Out)
 	root.SetErr(f.IO.ErrOut)
 	root.SetIn(f.IO.In)

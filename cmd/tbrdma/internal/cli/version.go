@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"runtime"
 	"runtime/debug"
 
@@ -84,7 +85,13 @@ func runVersion(o *versionOptions) error {
 	if o.JSON {
 		return json.NewEncoder(o.IO.Out).Encode(v)
 	}
-	fmt.Fprintf(o.IO.Out, "tbrdma %s", v.Version)
+	_, err := io.WriteString(o.IO.Out, v.text())
+	return err
+}
+
+// text is what "tbrdma version" and "tbrdma --version" print.
+func (v versionJSON) text() string {
+	s := "tbrdma " + v.Version
 	if v.Commit != "" {
 		c := v.Commit
 		if len(c) > 12 {
@@ -93,8 +100,7 @@ func runVersion(o *versionOptions) error {
 		if v.Modified {
 			c += "+dirty"
 		}
-		fmt.Fprintf(o.IO.Out, " (%s)", c)
+		s += " (" + c + ")"
 	}
-	fmt.Fprintf(o.IO.Out, "\n%s %s/%s\n", v.GoVersion, v.OS, v.Arch)
-	return nil
+	return s + fmt.Sprintf("\n%s %s/%s\n", v.GoVersion, v.OS, v.Arch)
 }

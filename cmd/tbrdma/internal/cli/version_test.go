@@ -53,6 +53,7 @@ func TestVersionCompletionCommands(t *testing.T) {
 	}{
 		{[]string{"version"}, ExitOK, "tbrdma "},
 		{[]string{"version", "--json"}, ExitOK, `"schemaVersion":1`},
+		{[]string{"--version"}, ExitOK, "tbrdma (devel)\ngo1."},
 		{[]string{"version", "x"}, ExitUsage, "too many arguments"},
 		{[]string{"completion", "bash"}, ExitOK, "# bash completion V2 for tbrdma"},
 		{[]string{"completion", "zsh"}, ExitOK, "#compdef tbrdma"},
