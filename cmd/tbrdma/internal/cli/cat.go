@@ -101,7 +101,7 @@ connection; a receiver waits for its sender without limit.`, catDefaultPort, cat
 	fl := cmd.Flags()
 	fl.IntVarP(&opts.Port, "port", "p", catDefaultPort, "rdma_cm `port` to listen on, or of the peer")
 	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` for RoCE (default: receiver every Thunderbolt address, sender the kernel's source address for the peer)")
-	fl.Float64VarP(&opts.Timeout, "timeout", "W", 10, "wait at most `seconds` for the connection's setup")
+	fl.VarP(newSecondsFlag(&opts.Timeout, 10), "timeout", "W", "wait at most `seconds` for the connection's setup")
 	addAnyInterfaceFlag(fl, &opts.AnyInterface)
 	return cmd
 }

@@ -261,7 +261,7 @@ func TestCatUsage(t *testing.T) {
 		{[]string{"cat", "-p", "0", "x"}, "invalid -p 0"},
 		{[]string{"cat", "-p", "65536"}, "invalid -p 65536"},
 		{[]string{"cat", "-W", "0", "x"}, "invalid -W 0"},
-		{[]string{"cat", "-W", "NaN"}, "invalid -W NaN"},
+		{[]string{"cat", "-W", "NaN"}, `invalid argument "NaN" for "-W, --timeout"`},
 		{[]string{"cat", "--bind", "nope"}, `invalid --bind "nope"`},
 		{[]string{"cat", "--nope"}, "unknown flag: --nope"},
 		{[]string{"cat", "-p", "x"}, "invalid argument"},

@@ -105,7 +105,7 @@ JSON object per peer (with --watch, per event), schemaVersion 1, raw values.`,
 	}
 	fl := cmd.Flags()
 	fl.BoolVarP(&opts.Watching, "watch", "w", false, "keep browsing and print peers appearing, changing and leaving until Ctrl-C")
-	fl.DurationVarP(&opts.Timeout, "timeout", "t", time.Second, "browse for `duration` (one-shot)")
+	fl.VarP(newDurationFlag(&opts.Timeout, time.Second), "timeout", "t", "browse for `duration`: seconds or a duration such as 500ms (one-shot)")
 	fl.StringSliceVar(&opts.Ifaces, "iface", nil, "browse on the interface `name` (repeatable; default: the Thunderbolt interfaces that are up)")
 	fl.StringArrayVar(&opts.Static, "static", nil, "a peer listed by hand, `name=address[:port]` (repeatable, or comma-separated)")
 	fl.StringVar(&opts.StaticFile, "static-file", "", "read static peers from `file` (name=address[:port] entries; --watch follows its changes)")

@@ -155,7 +155,7 @@ address the kernel routes to the peer from.`, k.stock, k.stock, perf.Version),
 	fl.BoolVarP(&opts.CPUFreq, "CPU-freq", "F", false, "accepted for compatibility (tbrdma uses the monotonic clock)")
 	fl.BoolVarP(&opts.Events, "events", "e", false, "sleep on CQ events (default poll)")
 	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` for RoCE (UDP 4791) and the TCP exchange")
-	fl.DurationVar(&opts.Timeout, "timeout", 0, "give up after this long (0: never)")
+	fl.Var(newDurationFlag(&opts.Timeout, 0), "timeout", "give up after this long: seconds or a duration such as 1m30s (0: never)")
 	fl.BoolVar(&opts.JSON, "json", false, "print one JSON object per result row (schemaVersion 1, raw units) instead of perftest's output")
 	fl.BoolVar(&opts.CSV, "csv", false, "print a CSV header and one line per result row (raw units) instead of perftest's output")
 	fl.BoolVarP(&opts.RDMACM, "rdma_cm", "R", false, "connect the QP with rdma_cm on -p (RDMA_PS_TCP) and exchange over rdma_cm, no TCP")

@@ -120,7 +120,7 @@ the 40 bytes the device reserves for the GRH.`,
 	fl.BoolVarP(&opts.Chk, "chk", "c", false, "validate received buffer")
 	fl.BoolVar(&opts.UD, "ud", false, "UD datagrams, as ibv_ud_pingpong (Q_Key 0x11111111, one packet per message)")
 	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` for RoCE (UDP 4791) and the TCP exchange")
-	fl.DurationVar(&opts.Timeout, "timeout", 0, "give up after this long (0: never)")
+	fl.Var(newDurationFlag(&opts.Timeout, 0), "timeout", "give up after this long: seconds or a duration such as 1m30s (0: never)")
 	addAnyInterfaceFlag(fl, &opts.AnyInterface)
 	return cmd
 }

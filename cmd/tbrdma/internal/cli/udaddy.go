@@ -96,7 +96,7 @@ there, refused, a datagram missing), 2 for bad usage.`,
 	fl.IntVarP(&opts.Count, "count", "C", udaddyDefaultCount, "number of datagrams each way (0: connect only)")
 	fl.IntVarP(&opts.Size, "size", "S", udaddyDefaultSize, "datagram size in bytes, at most the port's active MTU (0: connect only)")
 	fl.IntVarP(&opts.Port, "port", "p", udaddyDefaultPort, "rdma_cm `port` (udaddy's is fixed: 7174; its -p is a port space)")
-	fl.Float64VarP(&opts.Timeout, "timeout", "W", 60, "wait at most `seconds` for the connection and for each side's datagrams")
+	fl.VarP(newSecondsFlag(&opts.Timeout, 60), "timeout", "W", "wait at most `seconds` for the connection and for each side's datagrams")
 	return cmd
 }
 
