@@ -349,6 +349,20 @@ func (qp *QP) modifyLocked(attr *QPAttr, mask QPAttrMask, now time.Time) error {
 		return &StateError{QPN: qp.qpn, From: from, To: to, Msg: fmt.Sprintf("attribute mask has bits %#x this transition does not allow", uint32(extra))}
 	}
 	// Validate values before changing anything.
+	if err := qp.checkAttrValues(attr, mask); err != nil {
+		return err
+	}
+	qp.setAttrs(attr, mask)
+	if mask&QPAttrState == 0 {
+		return nil // attributes only: no state's entry actions (rxe runs them only for IB_QP_STATE)
+	}
+	qp.enterState(from, to, now)
+	return nil
+}
+
+// checkAttrValues checks the values of the attributes mask selects, before
+// Modify changes anything.
+func (qp *QP) checkAttrValues(attr *QPAttr, mask QPAttrMask) error {
 	if mask&QPAttrPathMTU != 0 && !attr.PathMTU.Valid() {
 		return fmt.Errorf("verbs: modify QP %v: invalid path MTU %d: %w", qp.qpn, attr.PathMTU, ErrInvalidArgument)
 	}
@@ -382,6 +396,11 @@ func (qp *QP) modifyLocked(attr *QPAttr, mask QPAttrMask, now time.Time) error {
 	if mask&QPAttrPKeyIndex != 0 && attr.PKeyIndex != 0 {
 		return fmt.Errorf("verbs: modify QP %v: P_Key index %d does not exist (only 0): %w", qp.qpn, attr.PKeyIndex, ErrInvalidArgument)
 	}
+	return nil
+}
+
+// setAttrs stores the attributes mask selects.
+func (qp *QP) setAttrs(attr *QPAttr, mask QPAttrMask) {
 	a := &qp.attr
 	if mask&QPAttrAccessFlags != 0 {
 		a.AccessFlags = attr.AccessFlags
@@ -435,9 +454,12 @@ func (qp *QP) modifyLocked(attr *QPAttr, mask QPAttrMask, now time.Time) error {
 		qp.req.compPSN = qp.req.psn
 		qp.req.sentPSN = qp.req.psn
 	}
-	if mask&QPAttrState == 0 {
-		return nil // attributes only: no state's entry actions (rxe runs them only for IB_QP_STATE)
-	}
+}
+
+// enterState runs the entry actions of state to, coming from from, and
+// moves the QP there.
+func (qp *QP) enterState(from, to QPState, now time.Time) {
+	a := &qp.attr
 	switch to {
 	case QPStateReset:
 		qp.reset()
@@ -463,7 +485,6 @@ func (qp *QP) modifyLocked(attr *QPAttr, mask QPAttrMask, now time.Time) error {
 		qp.pump(now)
 		qp.rearm(now)
 	}
-	return nil
 }
 
 func roundPow2(n int) int {

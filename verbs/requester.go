@@ -1,14 +1,13 @@
 package verbs
 
-// The requester and the completer of a QP (rxe_req.c and rxe_comp.c in
-// spirit): segmentation, PSN assignment, AckReq, the retransmit and RNR
-// timers, go-back-N, and the handling of ACKs, NAKs, READ responses and
-// atomic ACKs. Everything here runs with qp.mu held and takes the current
-// time as an argument; the only side effects are packets queued on the
-// context and completions pushed to CQs.
+// The requester of a QP (rxe_req.c in spirit): segmentation, PSN
+// assignment, AckReq, the send window, the retransmit and RNR timers and
+// go-back-N. The completer (completer.go) handles what the peer answers.
+// Everything here runs with qp.mu held and takes the current time as an
+// argument; the only side effects are packets queued on the context and
+// completions pushed to CQs.
 
 import (
-	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -196,12 +195,7 @@ func (qp *QP) sendSegment(w *sendWQE, now time.Time) bool {
 	h.BTH.DestQP = qp.attr.DestQPN
 	psn := w.first.Add(w.sent)
 	h.BTH.PSN = psn
-	class := wire.ClassRC
-	if qp.typ == QPTypeUC {
-		class = wire.ClassUC
-	}
-	buf := c.getBuf()
-	var payload []byte
+	var buf []byte
 	op := w.wr.Opcode
 	switch {
 	case op == WRRDMARead:
@@ -209,7 +203,7 @@ func (qp *QP) sendSegment(w *sendWQE, now time.Time) bool {
 		h.BTH.Opcode = wire.ReadRequest
 		h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr + off, RKey: w.wr.RKey, DMALen: w.length - uint32(off)}
 		h.BTH.AckReq = true
-		buf = wire.AppendPacket(buf, &h, nil)
+		buf = wire.AppendPacket(c.getBuf(), &h, nil)
 		qp.req.psn = w.last.Next()
 		qp.noteSent()
 		w.sent = w.npkts
@@ -222,85 +216,105 @@ func (qp *QP) sendSegment(w *sendWQE, now time.Time) bool {
 			h.AtomicETH.Compare = w.wr.CompareAdd
 		}
 		h.BTH.AckReq = true
-		buf = wire.AppendPacket(buf, &h, nil)
+		buf = wire.AppendPacket(c.getBuf(), &h, nil)
 		qp.req.psn = psn.Next()
 		qp.noteSent()
 		w.sent = 1
 	default:
-		k := w.sent
-		off := uint64(k) * uint64(qp.pmtu)
-		n := uint64(w.length) - off
-		if n > uint64(qp.pmtu) {
-			n = uint64(qp.pmtu)
+		return qp.sendData(w, &h, now)
+	}
+	c.queue(buf, qp.dst)
+	qp.armRetx(now)
+	return true
+}
+
+// dataOpcode returns the operation (the opcode without its transport
+// class) of packet first/last of a SEND or WRITE: FIRST, MIDDLE, LAST or
+// ONLY, the last one with immediate data or an invalidation if op has one.
+func dataOpcode(op WROpcode, first, last bool) wire.Opcode {
+	isWrite := op == WRRDMAWrite || op == WRRDMAWriteWithImm
+	var o wire.Opcode
+	switch {
+	case first && last:
+		o = wire.SendOnly
+		if isWrite {
+			o = wire.WriteOnly
 		}
-		first, last := k == 0, k == w.npkts-1
-		isWrite := op == WRRDMAWrite || op == WRRDMAWriteWithImm
-		var o wire.Opcode
-		switch {
-		case first && last:
-			o = wire.SendOnly
-			if isWrite {
-				o = wire.WriteOnly
-			}
-		case first:
-			o = wire.SendFirst
-			if isWrite {
-				o = wire.WriteFirst
-			}
-		case last:
-			o = wire.SendLast
-			if isWrite {
-				o = wire.WriteLast
-			}
-		default:
-			o = wire.SendMiddle
-			if isWrite {
-				o = wire.WriteMiddle
-			}
+	case first:
+		o = wire.SendFirst
+		if isWrite {
+			o = wire.WriteFirst
 		}
-		if last {
-			switch op {
-			case WRSendWithImm, WRRDMAWriteWithImm:
-				o++ // *_LAST → *_LAST_WITH_IMMEDIATE, *_ONLY → *_ONLY_WITH_IMMEDIATE
-				h.ImmDt.Imm = w.wr.ImmData
-			case WRSendWithInv:
-				if first {
-					o = wire.SendOnlyInvalidate
-				} else {
-					o = wire.SendLastInvalidate
-				}
-				h.IETH.RKey = w.wr.InvalidateRKey
-			}
-			h.BTH.SE = w.wr.Flags&SendSolicited != 0 && op != WRRDMAWrite
+	case last:
+		o = wire.SendLast
+		if isWrite {
+			o = wire.WriteLast
 		}
-		h.BTH.Opcode = class | o
-		if isWrite && first {
-			h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: w.length}
+	default:
+		o = wire.SendMiddle
+		if isWrite {
+			o = wire.WriteMiddle
 		}
-		if qp.typ == QPTypeRC {
-			qp.req.noAckPkts++
-			if last || qp.req.noAckPkts >= maxPktsPerAck {
-				h.BTH.AckReq = true
-				qp.req.noAckPkts = 0
+	}
+	if last {
+		switch op {
+		case WRSendWithImm, WRRDMAWriteWithImm:
+			o++ // *_LAST → *_LAST_WITH_IMMEDIATE, *_ONLY → *_ONLY_WITH_IMMEDIATE
+		case WRSendWithInv:
+			if first {
+				o = wire.SendOnlyInvalidate
+			} else {
+				o = wire.SendLastInvalidate
 			}
 		}
-		buf = h.Append(buf)
-		hl := len(buf)
-		if n >= zeroCopyMin && w.inline == nil && c.gathers {
-			if src := c.contiguous(w.wr.SGList, off, n, qp.pd.id); src != nil {
-				pad := wire.PadCount(int(n))
-				buf[1] = buf[1]&^0x30 | byte(pad)<<4
-				buf = append(buf, zeroPad[:pad+wire.ICRCSize]...)
-				w.sent++
-				qp.req.psn = psn.Next()
-				qp.noteSent()
-				c.queuePayload(buf, src, qp.dst)
-				qp.armRetx(now)
-				return true
-			}
+	}
+	return o
+}
+
+// sendData builds and queues the next packet of a SEND or WRITE WQE; h
+// holds its BTH's PKey, destination QP and PSN. Its payload is sent from
+// registered memory when that is one contiguous range (zero copy), else
+// copied. It returns false when the WQE failed.
+func (qp *QP) sendData(w *sendWQE, h *wire.Headers, now time.Time) bool {
+	c := qp.ctx
+	op := w.wr.Opcode
+	k := w.sent
+	off := uint64(k) * uint64(qp.pmtu)
+	n := min(uint64(w.length)-off, uint64(qp.pmtu))
+	first, last := k == 0, k == w.npkts-1
+	class := wire.ClassRC
+	if qp.typ == QPTypeUC {
+		class = wire.ClassUC
+	}
+	h.BTH.Opcode = class | dataOpcode(op, first, last)
+	if last {
+		switch op {
+		case WRSendWithImm, WRRDMAWriteWithImm:
+			h.ImmDt.Imm = w.wr.ImmData
+		case WRSendWithInv:
+			h.IETH.RKey = w.wr.InvalidateRKey
 		}
+		h.BTH.SE = w.wr.Flags&SendSolicited != 0 && op != WRRDMAWrite
+	}
+	if (op == WRRDMAWrite || op == WRRDMAWriteWithImm) && first {
+		h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: w.length}
+	}
+	if qp.typ == QPTypeRC {
+		qp.req.noAckPkts++
+		if last || qp.req.noAckPkts >= maxPktsPerAck {
+			h.BTH.AckReq = true
+			qp.req.noAckPkts = 0
+		}
+	}
+	buf := h.Append(c.getBuf())
+	hl := len(buf)
+	var zc []byte // the payload, sent from registered memory
+	if n >= zeroCopyMin && w.inline == nil && c.gathers {
+		zc = c.contiguous(w.wr.SGList, off, n, qp.pd.id)
+	}
+	if zc == nil {
 		buf = buf[:hl+int(n)]
-		payload = buf[hl:]
+		payload := buf[hl:]
 		if w.inline != nil {
 			copy(payload, w.inline[off:off+n])
 		} else if st := c.gather(payload, w.wr.SGList, off, qp.pd.id); st != WCSuccess {
@@ -308,14 +322,18 @@ func (qp *QP) sendSegment(w *sendWQE, now time.Time) bool {
 			qp.failWQE(w, st, now)
 			return false
 		}
-		pad := wire.PadCount(int(n))
-		buf[1] = buf[1]&^0x30 | byte(pad)<<4
-		buf = append(buf, zeroPad[:pad+wire.ICRCSize]...)
-		w.sent++
-		qp.req.psn = psn.Next()
-		qp.noteSent()
 	}
-	c.queue(buf, qp.dst)
+	pad := wire.PadCount(int(n))
+	buf[1] = buf[1]&^0x30 | byte(pad)<<4
+	buf = append(buf, zeroPad[:pad+wire.ICRCSize]...)
+	w.sent++
+	qp.req.psn = h.BTH.PSN.Next()
+	qp.noteSent()
+	if zc != nil {
+		c.queuePayload(buf, zc, qp.dst)
+	} else {
+		c.queue(buf, qp.dst)
+	}
 	qp.armRetx(now)
 	return true
 }
@@ -383,232 +401,6 @@ func (qp *QP) sendUD(w *sendWQE) {
 	buf = append(buf, zeroPad[:pad+wire.ICRCSize]...)
 	c.queue(buf, w.wr.AH.dst)
 	qp.completeSend(w, WCSuccess)
-}
-
-// --- completer ----------------------------------------------------------------
-
-// complete handles a response packet: ACK, NAK, READ response or atomic ACK.
-func (qp *QP) complete(pkt *wire.Packet, now time.Time) {
-	c := qp.ctx
-	psn := pkt.BTH.PSN()
-	op := pkt.BTH.Opcode()
-	// A response for a PSN never sent is bogus. Not qp.req.psn, which a
-	// go-back-N lowers: the responder may hold packets sent before it, and
-	// its ACK for them must count, or a requester whose window shrank
-	// (lossSeen) resends a window that cannot reach that far, drops every
-	// ACK and ends in RETRY_EXC_ERR.
-	if psn.Diff(qp.req.sentPSN) >= 0 {
-		c.ctr.drop(DropResponse)
-		return
-	}
-	switch op {
-	case wire.Acknowledge:
-		qp.handleAck(psn, pkt.AETH.Syndrome(), now)
-	case wire.AtomicAcknowledge:
-		if !pkt.AETH.Syndrome().IsACK() {
-			qp.fail(WCBadRespErr, now)
-			return
-		}
-		if qp.ackThrough(psn.Add(-1), now) && !qp.req.readGap {
-			// The response to an earlier READ or atomic is missing: ask
-			// again at once, once per gap (see handleReadResponse).
-			qp.req.readGap = true
-			qp.rewind(qp.req.compPSN, now)
-		}
-		if qp.sqHead == qp.sqTail {
-			c.ctr.drop(DropResponse)
-			return
-		}
-		w := qp.wqe(qp.sqHead)
-		if !w.wr.Opcode.isAtomic() || w.npkts == 0 || w.first != psn {
-			c.ctr.drop(DropResponse)
-			return
-		}
-		var v [8]byte
-		binary.NativeEndian.PutUint64(v[:], pkt.AtomicAckETH.Orig())
-		if st := c.scatter(w.wr.SGList, 0, v[:], qp.pd.id); st != WCSuccess {
-			qp.fail(st, now)
-			return
-		}
-		qp.retire(w, now)
-	case wire.ReadResponseFirst, wire.ReadResponseMiddle, wire.ReadResponseLast, wire.ReadResponseOnly:
-		if pkt.AETH != nil && !pkt.AETH.Syndrome().IsACK() {
-			qp.fail(WCBadRespErr, now)
-			return
-		}
-		qp.handleReadResponse(pkt, psn, op, now)
-	default:
-		c.ctr.drop(DropResponse)
-	}
-}
-
-// retire completes the WQE at the head of the send queue successfully.
-func (qp *QP) retire(w *sendWQE, now time.Time) {
-	if w.wr.Opcode.isReadLike() {
-		qp.req.rdOut--
-	}
-	qp.completeSend(w, WCSuccess)
-	qp.sqHead++
-	if qp.sqNext < qp.sqHead {
-		qp.sqNext = qp.sqHead
-	}
-	qp.req.compPSN = w.last.Next()
-	qp.progress(now)
-}
-
-// progress notes that the peer answered: retry counters are restored and
-// the retransmit timer restarts or stops.
-func (qp *QP) progress(now time.Time) {
-	qp.req.retryLeft = int(qp.attr.RetryCnt)
-	qp.req.rnrLeft = int(qp.attr.RNRRetry)
-	qp.req.inRetry = false
-	qp.req.readGap = false
-	if qp.req.compPSN == qp.req.psn {
-		qp.req.retxAt = time.Time{}
-	} else if t := qp.ackTimeout(); t > 0 {
-		qp.req.retxAt = now.Add(t)
-	}
-}
-
-// ackThrough completes every SEND/WRITE WQE whose last PSN is at or before
-// p. It stops at a READ or atomic still waiting for its response; if p
-// covers such a WQE, its responses were lost and it is retried. It returns
-// whether that happened.
-func (qp *QP) ackThrough(p PSN, now time.Time) (lostResponse bool) {
-	advanced := false
-	for qp.sqHead != qp.sqTail {
-		w := qp.wqe(qp.sqHead)
-		if w.npkts == 0 || w.first.Diff(p) > 0 {
-			break
-		}
-		if w.wr.Opcode.isReadLike() {
-			lostResponse = true
-			break
-		}
-		if w.sent < w.npkts || w.last.Diff(p) > 0 {
-			// Part of the message is acknowledged.
-			if p.Next().Diff(qp.req.compPSN) > 0 {
-				qp.req.compPSN = p.Next()
-				advanced = true
-			}
-			break
-		}
-		qp.completeSend(w, WCSuccess)
-		qp.sqHead++
-		qp.req.compPSN = w.last.Next()
-		advanced = true
-	}
-	if qp.sqNext < qp.sqHead {
-		qp.sqNext = qp.sqHead
-	}
-	if qp.req.psn.Diff(qp.req.compPSN) < 0 {
-		qp.req.psn = qp.req.compPSN
-	}
-	if advanced {
-		qp.progress(now)
-	}
-	return lostResponse
-}
-
-func (qp *QP) handleAck(p PSN, syn wire.Syndrome, now time.Time) {
-	c := qp.ctx
-	switch syn.Type() {
-	case wire.SynACK:
-		if qp.ackThrough(p, now) {
-			// Responses to a READ or atomic inside the acknowledged range
-			// were lost: ask again.
-			qp.rewind(qp.req.compPSN, now)
-		}
-	case wire.SynRNR:
-		c.ctr.rnrNAKsRcvd.Add(1)
-		qp.ackThrough(p.Add(-1), now)
-		if qp.req.rnrLeft == 0 {
-			qp.fail(WCRNRRetryExcErr, now)
-			return
-		}
-		if qp.attr.RNRRetry != 7 {
-			qp.req.rnrLeft--
-		}
-		qp.req.rnrAt = now.Add(time.Duration(wire.RNRTimer(syn.Value())))
-		qp.req.retxAt = time.Time{}
-		qp.rewindTo(p)
-	case wire.SynNAK:
-		c.ctr.naksRcvd[nakKindOf(syn)].Add(1)
-		if syn.NAK() == wire.NAKPSNSeqError {
-			qp.ackThrough(p.Add(-1), now)
-			if qp.req.inRetry {
-				return // one go-back-N per loss is enough
-			}
-			if qp.req.retryLeft == 0 {
-				qp.fail(WCRetryExcErr, now)
-				return
-			}
-			qp.req.retryLeft--
-			qp.req.inRetry = true
-			qp.lossSeen()
-			qp.rewind(p, now)
-			return
-		}
-		qp.ackThrough(p.Add(-1), now)
-		st := WCRemOpErr
-		switch syn.NAK() {
-		case wire.NAKInvalidReq:
-			st = WCRemInvReqErr
-		case wire.NAKRemoteAccess:
-			st = WCRemAccessErr
-		}
-		qp.fail(st, now)
-	default:
-		qp.fail(WCBadRespErr, now)
-	}
-}
-
-func (qp *QP) handleReadResponse(pkt *wire.Packet, psn PSN, op wire.Opcode, now time.Time) {
-	c := qp.ctx
-	if psn != qp.req.compPSN {
-		// Responses are accepted only in order, as rxe's completer does.
-		// rxe waits for the retransmit timer to recover a gap; tbrdma asks
-		// again at once, once per gap, which a peer sees as a duplicate
-		// READ request and answers by replaying from the missing PSN.
-		c.ctr.drop(DropResponse)
-		if psn.Diff(qp.req.compPSN) > 0 && !qp.req.readGap {
-			qp.req.readGap = true
-			qp.rewind(qp.req.compPSN, now)
-		}
-		return
-	}
-	if qp.sqHead == qp.sqTail {
-		c.ctr.drop(DropResponse)
-		return
-	}
-	w := qp.wqe(qp.sqHead)
-	if w.wr.Opcode != WRRDMARead || w.sent == 0 {
-		// A READ response that belongs to no READ: a protocol violation.
-		c.ctr.drop(DropResponse)
-		return
-	}
-	idx := psn.Diff(w.first)
-	if idx < 0 || int(idx) >= w.npkts || uint64(idx)*uint64(qp.pmtu) != uint64(w.got) {
-		c.ctr.drop(DropResponse)
-		return
-	}
-	remaining := w.length - w.got
-	n := uint32(len(pkt.Payload))
-	isEnd := op == wire.ReadResponseLast || op == wire.ReadResponseOnly
-	if isEnd && n != remaining || !isEnd && n != uint32(qp.pmtu) {
-		qp.fail(WCBadRespErr, now)
-		return
-	}
-	if st := c.scatter(w.wr.SGList, uint64(w.got), pkt.Payload, qp.pd.id); st != WCSuccess {
-		qp.fail(st, now)
-		return
-	}
-	w.got += n
-	qp.req.compPSN = psn.Next()
-	qp.progress(now)
-	if isEnd {
-		qp.retire(w, now)
-	}
 }
 
 // rewind restarts transmission at PSN p (go-back-N).
