@@ -53,9 +53,9 @@ func (qp *QP) unackedLimit() int32 {
 // lossSeen notes a loss (a PSN-sequence NAK, a timeout): a QP that
 // SetSendWindow widened falls back to the default window for good.
 // Go-back-N resends everything after a lost packet, so each loss costs a
-// window: at 1 % loss write-bw moved 38-53 MiB/s with 512 packets in
-// flight against 84-122 with 128 (docs/performance.md). The wide window is
-// for a clean link, which Thunderbolt is; a link that loses gets rxe's.
+// whole window, and a wide window costs more per loss than it gains (the
+// figures are in docs/performance.md). The wide window is for a clean
+// link, which Thunderbolt is; a link that loses gets rxe's.
 func (qp *QP) lossSeen() { qp.req.lossy = true }
 
 // SetSendWindow sets how many packets an RC QP's requester may have sent
@@ -66,10 +66,10 @@ func (qp *QP) lossSeen() { qp.req.lossy = true }
 // (its perftest exchange or connection said so), whose 8 MiB socket buffer
 // takes a larger burst. rdma_rxe's responder keeps up with 128; more would
 // only fill its queues. After the QP's first loss the default applies
-// again for good (lossSeen): go-back-N pays a window per loss. A window of 512 raised write-bw at 4096-byte
-// packets by ~13 % on the veth link (docs/performance.md): with 128, two
-// ACK intervals (maxPktsPerAck) fill it, and the sender waits for the
-// receiver's turnaround.
+// again for good (lossSeen): go-back-N pays a window per loss. A wider
+// window pays at 4096-byte packets: with 128, two ACK intervals
+// (maxPktsPerAck) fill it, and the sender waits for the receiver's
+// turnaround (docs/performance.md).
 func (qp *QP) SetSendWindow(n int) error {
 	if n != 0 && (n < 16 || n > MaxSendWindow) {
 		return fmt.Errorf("verbs: send window %d: want 16..%d, or 0 for the default: %w", n, MaxSendWindow, ErrInvalidArgument)
@@ -489,8 +489,8 @@ func (qp *QP) expire(now time.Time) {
 		// A new round: its gaps may be re-requested at once again. Left
 		// set, a round whose first READ response (or atomic ACK) was lost
 		// waited out a whole ACK timeout, and spent a retry, although the
-		// responses after it were arriving: at 20 % loss READs ended in
-		// RETRY_EXC_ERR with the peer alive.
+		// responses after it were arriving: on a very lossy link READs
+		// would end in RETRY_EXC_ERR with the peer alive.
 		qp.req.readGap = false
 		qp.lossSeen()
 		qp.rewind(qp.req.compPSN, now)

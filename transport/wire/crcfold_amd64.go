@@ -10,11 +10,10 @@ import (
 )
 
 // The ICRC covers every payload byte, so its CRC-32 is the largest
-// per-byte cost of a RoCE stream besides the kernel's copies (23 % of the
-// sender's CPU in a large-segment write-bw profile). hash/crc32 folds with
-// one 512-bit accumulator, which the latency of the carry-less multiply
-// bounds (~16-27 GB/s here); ieeeFold4 keeps four in flight (~45 GB/s)
-// and hands the last 16 bytes and the tail back to hash/crc32. It needs
+// per-byte cost of a RoCE stream besides the kernel's copies.
+// hash/crc32 folds with one 512-bit accumulator, which the latency of the
+// carry-less multiply bounds; ieeeFold4 keeps four in flight (about twice
+// as fast; docs/performance.md has the profile and figures) and hands the last 16 bytes and the tail back to hash/crc32. It needs
 // AVX-512 and VPCLMULQDQ; elsewhere crcUpdate is hash/crc32 alone.
 
 //go:noescape

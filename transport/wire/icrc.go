@@ -158,8 +158,8 @@ func ICRCFromHeaders(ip, udp, roce []byte) (icrc uint32, ok bool) {
 
 // updateSmall is crc32.Update over hdr[:n], so that the header buffer
 // stays on the stack (crc32.Update makes its argument escape). It takes
-// eight bytes per step (slicing-by-8): the byte-wise loop it replaced was
-// 6 % of the CPU time of a 4 KiB-packet stream.
+// eight bytes per step (slicing-by-8), which a byte-wise loop is far
+// slower than on every packet's headers.
 func updateSmall(crc uint32, hdr *[ipv6HdrLen + udpHdrLen + BTHSize]byte, n int) uint32 {
 	crc = ^crc
 	p := hdr[:n]
