@@ -37,10 +37,19 @@ var depRules = []depRule{
 		module + "/verbs/...", module + "/rdmacm/...", module + "/transport/...", module + "/cmd/...",
 		"github.com/spf13/cobra/...", "lipgloss",
 	}, allowed: []string{module + "/transport/netif"}},
-	// rdmacm uses only the exported verbs API. No rule is needed for
-	// verbs/internal/...: the go tool refuses that import from outside
-	// verbs, and verbs itself depends on verbs/internal/mem, so a
-	// transitive rule would forbid importing verbs at all.
+	// internal/hooks is what verbs and transport offer the module's other
+	// packages but not applications (docs/architecture.md, "Internal
+	// hooks"). verbs imports it, so it may know transport and nothing
+	// above it (the go tool refuses the cycle through verbs anyway).
+	{dir: "internal/hooks", forbidden: []string{
+		module + "/verbs/...", module + "/rdmacm/...", module + "/discovery/...", module + "/cmd/...",
+		"github.com/spf13/cobra/...", "lipgloss", "mdns",
+	}},
+	// rdmacm uses the exported verbs API plus internal/hooks (QP1 and the
+	// CM counters). No rule is needed for verbs/internal/...: the go tool
+	// refuses that import from outside verbs, and verbs itself depends on
+	// verbs/internal/mem, so a transitive rule would forbid importing
+	// verbs at all.
 	{dir: "rdmacm", forbidden: []string{
 		module + "/cmd/...",
 		"github.com/spf13/cobra/...", "lipgloss",

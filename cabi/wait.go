@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"github.com/tbrdma/tbrdma/internal/hooks"
 )
 
 // How an engine's receive loop waits for packets follows what the program
@@ -23,7 +25,7 @@ import (
 //     (another OS), the receive loop busy-polls instead (SetBusyPoll,
 //     Spinning).
 //   - A program that sleeps in ibv_get_cq_event (-e) gets a receive loop
-//     that sleeps in the kernel (verbs.Context.SetKernelWait), one wake-up
+//     that sleeps in the kernel (hooks.Engine.SetKernelWait), one wake-up
 //     per packet as for a C program.
 //
 // $TBRDMA_WAIT overrides it: "busy" (the receive loop busy-polls while a
@@ -69,7 +71,7 @@ type waiter struct {
 
 // startWait applies the mode fixed at open. Outside a spin or a kernel
 // wait, the receive loop polls its socket for busyPollWindow after each
-// packet before it sleeps (verbs.Context.SetBusyPoll), as the CLI's latency
+// packet before it sleeps (hooks.Engine.SetBusyPoll), as the CLI's latency
 // tests do: a passive responder (the server of ib_read_lat, which waits on
 // TCP meanwhile) answers without a wake-up per request.
 func (e *engine) startWait() {
@@ -77,7 +79,7 @@ func (e *engine) startWait() {
 	case waitKernel:
 		e.kernelHint()
 	case waitAuto, waitBusy:
-		e.vctx.SetBusyPoll(busyPollWindow)
+		hooks.Of(e.vctx).SetBusyPoll(busyPollWindow)
 	}
 }
 
@@ -118,7 +120,7 @@ func (e *engine) polled(n uint32) {
 	if waitFromEnv == waitAuto && e.vctx.SetInlineReceive(true) {
 		e.w.inline.Store(true)
 	} else {
-		e.vctx.Spinning(true)
+		hooks.Of(e.vctx).Spinning(true)
 	}
 	go e.spinWatch()
 }
@@ -134,7 +136,7 @@ func (e *engine) stopSpin() {
 	if e.w.inline.Swap(false) {
 		e.vctx.SetInlineReceive(false)
 	} else {
-		e.vctx.Spinning(false)
+		hooks.Of(e.vctx).Spinning(false)
 	}
 	e.w.spin.Store(false)
 }
@@ -188,12 +190,12 @@ func (e *engine) kernelHint() {
 	}
 	// The program sleeps between completions: a receive loop that polls
 	// its socket after each packet only keeps the processor from it.
-	e.vctx.SetBusyPoll(0)
+	hooks.Of(e.vctx).SetBusyPoll(0)
 	if runtime.GOMAXPROCS(0) < 2 {
 		// A second P, for the C threads' calls while the loop sleeps
 		// in the kernel on the first (the program does not spin now, so
 		// idle Ms have no spinning thread to disturb).
 		runtime.GOMAXPROCS(2)
 	}
-	e.vctx.SetKernelWait(kernelWindow)
+	hooks.Of(e.vctx).SetKernelWait(kernelWindow)
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tbrdma/tbrdma/internal/hooks"
 	"github.com/tbrdma/tbrdma/rdmacm/internal/cmwire"
 	"github.com/tbrdma/tbrdma/rdmacm/internal/fsm"
 	"github.com/tbrdma/tbrdma/transport/wire"
@@ -21,7 +22,8 @@ import (
 // One exists while at least one ID uses the context.
 type dispatcher struct {
 	vctx  *verbs.Context
-	gsi   *verbs.GSI
+	gsi   hooks.GSI
+	cm    *hooks.CMCounters // the context's, reported in verbs.Counters.CM
 	guid  uint64
 	hiTID uint32
 
@@ -92,9 +94,11 @@ func acquire(vctx *verbs.Context) *dispatcher {
 	defer registryMu.Unlock()
 	d := registry[vctx]
 	if d == nil {
+		eng := hooks.Of(vctx)
 		d = &dispatcher{
 			vctx:        vctx,
-			gsi:         vctx.GSI(),
+			gsi:         eng.GSI(),
+			cm:          eng.CM(),
 			guid:        nodeGUID(vctx),
 			hiTID:       rand.Uint32(),
 			conns:       map[cmwire.CommID]*ID{},
@@ -110,7 +114,7 @@ func acquire(vctx *verbs.Context) *dispatcher {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		d.cancel = cancel
-		pkts := make(chan verbs.MADPacket, 64)
+		pkts := make(chan hooks.MADPacket, 64)
 		d.wg.Add(2)
 		go d.read(ctx, pkts)
 		go d.run(ctx, pkts)
@@ -155,7 +159,7 @@ func nodeGUID(vctx *verbs.Context) uint64 {
 	return h.Sum64()&^(0xFF<<56) | 0x02<<56
 }
 
-func (d *dispatcher) read(ctx context.Context, out chan<- verbs.MADPacket) {
+func (d *dispatcher) read(ctx context.Context, out chan<- hooks.MADPacket) {
 	defer d.wg.Done()
 	defer close(out)
 	for {
@@ -174,7 +178,7 @@ func (d *dispatcher) read(ctx context.Context, out chan<- verbs.MADPacket) {
 	}
 }
 
-func (d *dispatcher) run(ctx context.Context, pkts <-chan verbs.MADPacket) {
+func (d *dispatcher) run(ctx context.Context, pkts <-chan hooks.MADPacket) {
 	defer d.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -236,7 +240,7 @@ func (d *dispatcher) nextDeadline() time.Time {
 		earliest(id.conn.Deadline())
 	}
 	for _, id := range d.sidrs {
-		earliest(id.sidr.Deadline())
+		earliest(id.ud.sidr.Deadline())
 	}
 	// The timewait records expire in the order of twQueue; entries whose
 	// record was replaced or removed are dropped lazily here and in tick.
@@ -257,14 +261,14 @@ func (d *dispatcher) tick(now time.Time) {
 	for _, id := range d.conns {
 		if dl := id.conn.Deadline(); !dl.IsZero() && !now.Before(dl) {
 			r := id.conn.Tick(now)
-			d.vctx.AddCM(verbs.CMRetries, uint64(len(r.Send))) // a timer sends only retransmissions
+			d.cm.Retries.Add(uint64(len(r.Send))) // a timer sends only retransmissions
 			id.apply(now, r)
 		}
 	}
 	for _, id := range d.sidrs {
-		if dl := id.sidr.Deadline(); !dl.IsZero() && !now.Before(dl) {
-			r := id.sidr.Tick(now)
-			d.vctx.AddCM(verbs.CMRetries, uint64(len(r.Send)))
+		if dl := id.ud.sidr.Deadline(); !dl.IsZero() && !now.Before(dl) {
+			r := id.ud.sidr.Tick(now)
+			d.cm.Retries.Add(uint64(len(r.Send)))
 			id.applySIDR(now, r)
 		}
 	}
@@ -318,7 +322,7 @@ func (d *dispatcher) unindexQP(id *ID) {
 // that time gets REJ 10 (stale connection) instead of reaching the
 // listener as a new request.
 func (d *dispatcher) enterTimewait(now time.Time, id *ID) {
-	if id.rkey == (remoteKey{}) {
+	if id.passive.rkey == (remoteKey{}) {
 		return
 	}
 	var expires time.Time
@@ -330,8 +334,8 @@ func (d *dispatcher) enterTimewait(now time.Time, id *ID) {
 	default:
 		return
 	}
-	d.timewait[id.rkey] = twEntry{local: id.conn.LocalID, expires: expires}
-	heap.Push(&d.twQueue, twExpiry{expires: expires, key: id.rkey})
+	d.timewait[id.passive.rkey] = twEntry{local: id.conn.LocalID, expires: expires}
+	heap.Push(&d.twQueue, twExpiry{expires: expires, key: id.passive.rkey})
 	d.wake()
 }
 
@@ -374,7 +378,7 @@ func (d *dispatcher) bind(id *ID, ps PortSpace, port uint16) (uint16, error) {
 	return port, nil
 }
 
-func (d *dispatcher) handle(p *verbs.MADPacket) {
+func (d *dispatcher) handle(p *hooks.MADPacket) {
 	msg, _, err := cmwire.ParseMessage(p.MAD[:])
 	if err != nil {
 		return
@@ -401,12 +405,12 @@ func (d *dispatcher) handle(p *verbs.MADPacket) {
 		return
 	}
 	id := d.conns[remote]
-	if id != nil && msg.Attr() == cmwire.AttrRTU && id.psk != nil && !id.conn.Active() && id.conn.State() == fsm.REPSent {
+	if id != nil && msg.Attr() == cmwire.AttrRTU && id.psk.key != nil && !id.conn.Active() && id.conn.State() == fsm.REPSent {
 		// The RTU must prove the key and bind this REQ and REP; a bad one
 		// is dropped (the REP is resent, a genuine RTU still completes).
-		if _, _, ok := id.psk.verify(pskRTU, id.rtuBinding(), msg.Body()); !ok {
+		if _, _, ok := id.psk.key.verify(pskRTU, id.rtuBinding(), msg.Body()); !ok {
 			d.authFailures++
-			d.vctx.AddCM(verbs.CMAuthFailures, 1)
+			d.cm.AuthFailures.Add(1)
 			return
 		}
 	}
@@ -423,142 +427,200 @@ func (d *dispatcher) handle(p *verbs.MADPacket) {
 	id.apply(now, id.conn.Handle(now, msg))
 }
 
-// handleREQ finds the connection a REQ duplicates or the listener it is
-// for, or rejects it.
-func (d *dispatcher) handleREQ(now time.Time, p *verbs.MADPacket, msg cmwire.Message) {
+// handleREQ takes a REQ in three steps: match it against what the
+// dispatcher knows (a copy of a known REQ is answered there), admit it
+// (every refusal sends its REJ), and create the passive ID that the
+// listener's CONNECT_REQUEST reports.
+func (d *dispatcher) handleREQ(now time.Time, p *hooks.MADPacket, msg cmwire.Message) {
+	from := p.From.Addr()
+	ln, port, handled := d.matchREQ(now, from, msg)
+	if handled {
+		return
+	}
+	a, ok := d.admitREQ(now, from, msg, ln)
+	if !ok {
+		return
+	}
+	d.createChild(msg, ln, port, a)
+}
+
+// matchREQ matches a REQ from the peer at from against the dispatcher's
+// state. A copy of the REQ of a live passive connection is that
+// connection's to answer (an MRA, the REP again, REJ 10 in timewait); a
+// copy of the REQ of a connection destroyed during its timewait gets
+// REJ 10. Either way handled is true. Otherwise it returns the listener
+// the REQ's service ID names, nil when there is none (or the service ID
+// is not one), and the port.
+func (d *dispatcher) matchREQ(now time.Time, from netip.Addr, msg cmwire.Message) (ln *ID, port uint16, handled bool) {
 	req := msg.REQ()
-	if id := d.remote[remoteKey{req.LocalCAGUID(), req.LocalCommID()}]; id != nil && id.conn != nil {
-		// A duplicate: the answer (MRA, the REP again, REJ 10 in
-		// timewait) goes where the copy came from, as the kernel's
+	rk := remoteKey{req.LocalCAGUID(), req.LocalCommID()}
+	if id := d.remote[rk]; id != nil && id.conn != nil {
+		// The answer goes where the copy came from, as the kernel's
 		// response MADs do.
 		r := id.conn.Handle(now, msg)
 		for _, m := range r.Send {
-			d.send(p.From.Addr(), m)
+			d.send(from, m)
 		}
 		r.Send = nil
 		id.apply(now, r)
-		return
+		return nil, 0, true
 	}
-	rejectPD := func(reason cmwire.RejectReason, pd []byte) {
-		// No state: swap the REQ's ID words (roce-wire.md §6.4).
-		f := cmwire.REJFields{LocalCommID: cmwire.CommID(uint32(req[4])<<24 | uint32(req[5])<<16 | uint32(req[6])<<8 | uint32(req[7])),
-			RemoteCommID: req.LocalCommID(), MessageRejected: cmwire.KindREQ, Reason: reason}
-		copy(f.PrivateData[:], pd)
-		d.send(p.From.Addr(), cmwire.AppendMAD(nil, msg.TransactionID(), f))
-	}
-	reject := func(reason cmwire.RejectReason) { rejectPD(reason, nil) }
-	// A copy of the REQ of a connection destroyed during its timewait.
-	if e, ok := d.timewait[remoteKey{req.LocalCAGUID(), req.LocalCommID()}]; ok {
+	if e, ok := d.timewait[rk]; ok {
 		if now.Before(e.expires) {
 			d.stale++
 			f := cmwire.REJFields{LocalCommID: e.local, RemoteCommID: req.LocalCommID(), MessageRejected: cmwire.KindREQ,
 				Reason: cmwire.RejStaleConn}
-			d.send(p.From.Addr(), cmwire.AppendMAD(nil, msg.TransactionID(), f))
-			return
+			d.send(from, cmwire.AppendMAD(nil, msg.TransactionID(), f))
+			return nil, 0, true
 		}
-		delete(d.timewait, remoteKey{req.LocalCAGUID(), req.LocalCommID()})
+		delete(d.timewait, rk)
 	}
 	ps, port, ok := cmwire.SplitServiceID(req.ServiceID())
-	ln := d.listeners[portKey{PortSpace(ps), port}]
-	// The pre-shared key (psk.go): with one, a REQ must carry a valid MAC
-	// before it causes anything, the stale-connection DREQ below
-	// included.
-	var reqMAC [pskMACLen]byte
+	if !ok {
+		return nil, port, false
+	}
+	return d.listeners[portKey{PortSpace(ps), port}], port, false
+}
+
+// reqAdmission is what admitREQ learned that createChild needs.
+type reqAdmission struct {
+	hdr    cmwire.CMAHeader // the CMA header; nil for a service ID outside rdma_cm's
+	reqMAC [pskMACLen]byte  // the REQ's MAC, when the listener has a key
+	peer   netip.Addr       // the sender, as the half-open limits count it
+}
+
+// admitREQ decides whether ln (nil: no listener) takes a REQ that matched
+// nothing known. In order: the pre-shared key (psk.go; with one, a REQ
+// must carry a valid MAC before it causes anything, the stale-connection
+// DREQ included), a peer QP still connected to us (staleREQ), the
+// listener, its port space, the half-open limits (limits.go; with a key,
+// only authenticated REQs count), rdma_cm's validation (admit) and, with
+// a key, a replay. Each refusal sends its REJ and returns ok false.
+func (d *dispatcher) admitREQ(now time.Time, from netip.Addr, msg cmwire.Message, ln *ID) (a reqAdmission, ok bool) {
+	req := msg.REQ()
 	var nonce [pskNonceLen]byte
-	if ok && ln != nil && ln.psk != nil && ln.ps != PSUDP {
+	if ln != nil && ln.psk.key != nil && ln.ps != PSUDP {
 		var valid bool
-		if reqMAC, nonce, valid = ln.psk.verify(pskREQ, nil, req); !valid {
+		if a.reqMAC, nonce, valid = ln.psk.key.verify(pskREQ, nil, req); !valid {
 			d.authFailures++
-			d.vctx.AddCM(verbs.CMAuthFailures, 1)
-			rejectPD(cmwire.RejConsumerDefined, authRejectData(""))
-			return
+			d.cm.AuthFailures.Add(1)
+			d.rejectREQ(from, msg, cmwire.RejConsumerDefined, authRejectData(""))
+			return a, false
 		}
 	}
-	// A new REQ from a peer QP that is still connected to us (the peer
-	// restarted, or reused a QPN): REJ 10, and the old connection gets a
-	// DREQ (cm_match_req).
-	if old := d.remoteQP[qpKey{uint32(req.LocalQPN()), req.LocalCAGUID()}]; old != nil {
-		d.stale++
-		reject(cmwire.RejStaleConn)
-		// A connection made with a key is torn down only by a REQ that
-		// proves the same key (whatever port the REQ names).
-		if old.psk != nil {
-			if _, _, valid := old.psk.verify(pskREQ, nil, req); !valid {
-				d.authFailures++
-				d.vctx.AddCM(verbs.CMAuthFailures, 1)
-				return
-			}
-		}
-		if old.conn != nil && old.conn.State() == fsm.Established {
-			if old.qp != nil {
-				old.qp.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.QPAttrState)
-			}
-			old.apply(now, old.conn.Disconnect(now))
-			d.wake()
-		}
-		return
+	if d.staleREQ(now, from, msg) {
+		return a, false
 	}
-	if !ok || ln == nil {
-		reject(cmwire.RejInvalidServiceID)
-		return
+	if ln == nil {
+		d.rejectREQ(from, msg, cmwire.RejInvalidServiceID, nil)
+		return a, false
 	}
 	if ln.ps == PSUDP {
 		// cma_check_req_qp_type: a REQ (RC) on a UD listener.
-		reject(cmwire.RejConsumerDefined)
-		return
+		d.rejectREQ(from, msg, cmwire.RejConsumerDefined, nil)
+		return a, false
 	}
-	// Half-open limits (limits.go), before the request costs anything;
-	// with a key, only authenticated REQs count against them.
-	peer := p.From.Addr().Unmap()
-	if !ln.halfOpenRoom(peer) {
+	// Before the request costs anything.
+	a.peer = from.Unmap()
+	if !ln.halfOpenRoom(a.peer) {
 		d.limitRejects++
-		d.vctx.AddCM(verbs.CMRejectsLimit, 1)
-		rejectPD(cmwire.RejNoResources, []byte(limitRejectText))
-		return
+		d.cm.RejectsLimit.Add(1)
+		d.rejectREQ(from, msg, cmwire.RejNoResources, []byte(limitRejectText))
+		return a, false
 	}
 	// rdma_cm validation (roce-wire.md §7.3); failures are REJ 28.
-	hdr, ok := ln.admit(req.ServiceID(), req.PrivateData())
+	a.hdr, ok = ln.admit(req.ServiceID(), req.PrivateData())
 	if !ok || req.TransportType() != cmwire.TransportRC {
-		reject(cmwire.RejConsumerDefined)
-		return
+		d.rejectREQ(from, msg, cmwire.RejConsumerDefined, nil)
+		return a, false
 	}
 	// A copy of an authenticated REQ whose connection is gone: a replay
-	// (retransmissions of a live one matched d.remote above).
-	if ln.psk != nil && !d.replay.fresh(now, nonce) {
+	// (retransmissions of a live one matched d.remote in matchREQ).
+	if ln.psk.key != nil && !d.replay.fresh(now, nonce) {
 		d.authFailures++
 		d.replays++
-		d.vctx.AddCM(verbs.CMAuthFailures, 1)
-		rejectPD(cmwire.RejConsumerDefined, authRejectData("replayed request"))
-		return
+		d.cm.AuthFailures.Add(1)
+		d.rejectREQ(from, msg, cmwire.RejConsumerDefined, authRejectData("replayed request"))
+		return a, false
 	}
-	child := &ID{ch: ln.ch, ps: ln.ps, vctx: d.vctx, d: d, listener: ln, state: stateConnectRequest, psk: ln.psk, pskREQ: reqMAC}
+	return a, true
+}
+
+// staleREQ handles a new REQ from a peer QP that is still connected to us
+// (the peer restarted, or reused a QPN): REJ 10, and the old connection
+// gets a DREQ (cm_match_req). It reports whether the REQ was one.
+func (d *dispatcher) staleREQ(now time.Time, from netip.Addr, msg cmwire.Message) bool {
+	req := msg.REQ()
+	old := d.remoteQP[qpKey{uint32(req.LocalQPN()), req.LocalCAGUID()}]
+	if old == nil {
+		return false
+	}
+	d.stale++
+	d.rejectREQ(from, msg, cmwire.RejStaleConn, nil)
+	// A connection made with a key is torn down only by a REQ that proves
+	// the same key (whatever port the REQ names).
+	if old.psk.key != nil {
+		if _, _, valid := old.psk.key.verify(pskREQ, nil, req); !valid {
+			d.authFailures++
+			d.cm.AuthFailures.Add(1)
+			return true
+		}
+	}
+	if old.conn != nil && old.conn.State() == fsm.Established {
+		if old.qp != nil {
+			old.qp.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.QPAttrState)
+		}
+		old.apply(now, old.conn.Disconnect(now))
+		d.wake()
+	}
+	return true
+}
+
+// rejectREQ answers a REQ that made no state with a REJ for reason, with
+// private data pd: the REQ's ID words swapped (roce-wire.md §6.4).
+func (d *dispatcher) rejectREQ(to netip.Addr, msg cmwire.Message, reason cmwire.RejectReason, pd []byte) {
+	req := msg.REQ()
+	f := cmwire.REJFields{LocalCommID: cmwire.CommID(uint32(req[4])<<24 | uint32(req[5])<<16 | uint32(req[6])<<8 | uint32(req[7])),
+		RemoteCommID: req.LocalCommID(), MessageRejected: cmwire.KindREQ, Reason: reason}
+	copy(f.PrivateData[:], pd)
+	d.send(to, cmwire.AppendMAD(nil, msg.TransactionID(), f))
+}
+
+// createChild makes the passive ID of an admitted REQ on listener ln:
+// its addresses, QP attributes from the REQ and state machine; it indexes
+// it, counts it as pending and half-open on ln, and posts ln's
+// CONNECT_REQUEST with the REQ's parameters and user data.
+func (d *dispatcher) createChild(msg cmwire.Message, ln *ID, port uint16, a reqAdmission) {
+	req := msg.REQ()
+	child := &ID{ch: ln.ch, ps: ln.ps, vctx: d.vctx, d: d, state: stateConnectRequest}
+	child.psk.key, child.psk.req = ln.psk.key, a.reqMAC
 	child.peerGID = req.Primary().LocalGID()
 	child.peer = child.peerGID.Addr()
 	child.pathMTU = min(verbs.MTU(req.PathMTU()), d.vctx.ActiveMTU())
-	child.setRequestAddrs(hdr, port)
-	child.req = req.Fields()
+	child.setRequestAddrs(a.hdr, port)
+	child.passive.req = req.Fields()
 	child.rqPSN = wire.PSN(rand.Uint32()) & wire.PSNMask
 	child.conn = fsm.NewPassive(d.newCommID(), msg, 0)
 	d.conns[child.conn.LocalID] = child
-	child.rkey = remoteKey{req.LocalCAGUID(), req.LocalCommID()}
-	d.remote[child.rkey] = child
+	child.passive.rkey = remoteKey{req.LocalCAGUID(), req.LocalCommID()}
+	d.remote[child.passive.rkey] = child
 	child.indexQP(req.LocalQPN(), req.LocalCAGUID())
 	d.ids[child] = struct{}{}
 	d.addRef() // the child holds the dispatcher like any ID
-	ln.pending++
-	child.pendingOn = ln
-	ln.enterHalfOpen(child, peer)
+	ln.listen.pending++
+	child.passive.pendingOn = ln
+	ln.enterHalfOpen(child, a.peer)
 	ud := make([]byte, cmwire.REQUserDataSize)
-	if hdr != nil {
+	if a.hdr != nil {
 		copy(ud, req.UserData())
 	} else {
 		ud = append(ud[:0], req.PrivateData()...)
 	}
-	if ln.psk != nil {
+	if ln.psk.key != nil {
 		stripPSK(ud)
 	}
 	// The trailer ends both the raw private data and the user data.
-	child.segOffer = stripSegTrailer(ud)
+	child.passive.segOffer = stripSegTrailer(ud)
 	ln.ch.post(&Event{Type: EventConnectRequest, ID: child, Listen: ln, Param: ConnParam{
 		PrivateData:        ud,
 		ResponderResources: req.InitiatorDepth(),
@@ -568,7 +630,7 @@ func (d *dispatcher) handleREQ(now time.Time, p *verbs.MADPacket, msg cmwire.Mes
 		RNRRetryCount:      req.RNRRetryCount(),
 		SRQ:                req.SRQ(),
 		QPNum:              uint32(req.LocalQPN()),
-		SegmentSize:        child.segOffer,
+		SegmentSize:        child.passive.segOffer,
 	}})
 }
 
@@ -589,7 +651,7 @@ func (ln *ID) admit(serviceID uint64, pdata []byte) (cmwire.CMAHeader, bool) {
 	if hdr != nil && ln.local.Addr().IsValid() && !ln.local.Addr().IsUnspecified() && hdr.Dst() != ln.local.Addr().Unmap() {
 		return nil, false
 	}
-	return hdr, ln.pending < ln.backlog
+	return hdr, ln.listen.pending < ln.listen.backlog
 }
 
 // setRequestAddrs sets a passive ID's local and remote addresses from the

@@ -68,57 +68,79 @@ type ID struct {
 	// Context is the caller's, untouched by the package.
 	Context any
 
-	// Guarded by d.mu.
-	state    idState
-	local    netip.AddrPort // bound address and port
-	remote   netip.AddrPort // peer address and port (CMA header / ResolveAddr)
-	peer     netip.Addr     // where CM MADs go
-	peerGID  verbs.GID
-	pathMTU  verbs.MTU
-	bound    bool
-	qp       *verbs.QP
-	srq      bool
-	conn     *fsm.Conn
-	param    ConnParam // own parameters of Connect/Accept
-	rqPSN    wire.PSN
-	listener *ID
-	backlog  int
-	pending  int // listener: CONNECT_REQUESTs not answered yet
-	// Passive connection: the REQ and the listener counting it as pending.
-	req       cmwire.REQFields
-	rkey      remoteKey
-	pendingOn *ID
-	// estParam is what ESTABLISHED reports on the active side.
-	estParam ConnParam
-	// rep is what the active side's REP said that its QP's RTR and RTS
-	// attributes take (InitQPAttr); haveREP says it arrived.
-	rep     repQPInfo
-	haveREP bool
-	// segOffer is the large-segment size the REQ offered (passive side),
-	// segAgreed what Accept agreed to (segment.go).
-	segOffer, segAgreed int
-	// UD (SIDR): ud is set for PSUDP IDs and PSIB IDs with a UD QP; sidr
-	// is the active side's resolution, sreq the passive side's request.
-	ud   bool
-	sidr *fsm.SIDR
-	sreq *sidrRequest
-	// qpKey indexes a live connection by the peer's (QPN, CA GUID).
-	qkey qpKey
-	// Pre-shared key (psk.go): the key, and the MACs of this
-	// connection's REQ and REP, which bind the REP and the RTU.
-	psk            *pskKey
-	pskREQ, pskREP [pskMACLen]byte
-	// Half-open limits (limits.go): a listener's limits and counts; a
-	// passive connection's listener and peer address while counted.
-	limits   Limits
-	half     halfOpen
-	halfOn   *ID
-	halfPeer netip.Addr
-	// No-listener retries (SetNoListenerRetry): how long after Connect a
-	// REJ 8 sends the REQ again, the REQ to send, and when Connect ran.
-	noListenFor time.Duration
-	reqFields   cmwire.REQFields
-	connectedAt time.Time
+	// Everything below is guarded by d.mu.
+	state idState
+
+	// Addressing, of every ID: from Bind, ResolveAddr and ResolveRoute, or
+	// for an ID made from a REQ, from the REQ.
+	local   netip.AddrPort // bound address and port
+	remote  netip.AddrPort // peer address and port (CMA header / ResolveAddr)
+	peer    netip.Addr     // where CM MADs go
+	peerGID verbs.GID
+	pathMTU verbs.MTU
+	bound   bool
+
+	// The connection, on either side (RC; a UD ID has only qp and srq).
+	qp    *verbs.QP
+	srq   bool
+	conn  *fsm.Conn
+	param ConnParam // own parameters of Connect/Accept
+	rqPSN wire.PSN  // the QP's receive PSN, sent in the REQ or the REP
+	qkey  qpKey     // indexes a live connection by the peer's (QPN, CA GUID)
+
+	// psk is the pre-shared key (psk.go), of every ID: the key, and the
+	// MACs of this connection's REQ and REP, which bind the REP and the
+	// RTU.
+	psk struct {
+		key      *pskKey
+		req, rep [pskMACLen]byte
+	}
+
+	// listen is a listener's state (Listen).
+	listen struct {
+		backlog int
+		pending int      // CONNECT_REQUESTs not answered yet
+		limits  Limits   // half-open limits (limits.go)
+		half    halfOpen // the half-open connections it counts
+	}
+
+	// active is the state of the side that calls Connect.
+	active struct {
+		est ConnParam // what ESTABLISHED reports
+		// rep is what the REP said that the QP's RTR and RTS attributes
+		// take (InitQPAttr); haveREP says it arrived.
+		rep     repQPInfo
+		haveREP bool
+		// No-listener retries (SetNoListenerRetry): how long after
+		// Connect a REJ 8 sends the REQ again, the REQ to send, and when
+		// Connect ran.
+		noListenFor time.Duration
+		req         cmwire.REQFields
+		connectedAt time.Time
+	}
+
+	// passive is the state of an ID made from a REQ (CONNECT_REQUEST).
+	passive struct {
+		req       cmwire.REQFields
+		rkey      remoteKey // the peer's (CA GUID, comm ID)
+		pendingOn *ID       // the listener counting it as pending
+		// halfOn is the listener counting it as half-open while it is
+		// (limits.go), halfPeer the peer address it is counted under.
+		halfOn   *ID
+		halfPeer netip.Addr
+		// segOffer is the large-segment size the REQ offered, segAgreed
+		// what Accept agreed to (segment.go).
+		segOffer, segAgreed int
+	}
+
+	// ud is the UD (SIDR) state: on is set for PSUDP IDs and PSIB IDs with
+	// a UD QP; sidr is the active side's resolution, req the passive
+	// side's request.
+	ud struct {
+		on   bool
+		sidr *fsm.SIDR
+		req  *sidrRequest
+	}
 }
 
 // CreateID creates an ID on vctx in port space ps (rdma_create_id). Its
@@ -141,7 +163,8 @@ func (ch *EventChannel) CreateID(vctx *verbs.Context, ps PortSpace) (*ID, error)
 		psk = devicePSKOf(vctx)
 	}
 	d := acquire(vctx)
-	id := &ID{ch: ch, ps: ps, vctx: vctx, d: d, ud: ps == PSUDP, psk: psk}
+	id := &ID{ch: ch, ps: ps, vctx: vctx, d: d}
+	id.ud.on, id.psk.key = ps == PSUDP, psk
 	d.mu.Lock()
 	removed := d.removed
 	if !removed {
@@ -418,7 +441,7 @@ func (id *ID) Listen(backlog int) error {
 	if backlog <= 0 {
 		backlog = 1024
 	}
-	id.backlog, id.state = backlog, stateListen
+	id.listen.backlog, id.state = backlog, stateListen
 	d.listeners[portKey{id.ps, id.local.Port()}] = id
 	return nil
 }
@@ -463,7 +486,7 @@ func (id *ID) Connect(p *ConnParam) error {
 	if id.state != stateRouteResolved {
 		return fmt.Errorf("rdmacm: connect: %w", ErrInvalidState)
 	}
-	if limit := reqUserLimit(id.psk != nil, p.SegmentSize != 0); len(p.PrivateData) > limit {
+	if limit := reqUserLimit(id.psk.key != nil, p.SegmentSize != 0); len(p.PrivateData) > limit {
 		return fmt.Errorf("rdmacm: connect: %d bytes of private data, at most %d with a pre-shared key (%d with a segment size offer too): %w", len(p.PrivateData), reqUserLimit(true, false), reqUserLimit(true, true), ErrInvalidArgument)
 	}
 	qpn := wire.QPN(p.QPNum)
@@ -510,27 +533,27 @@ func (id *ID) Connect(p *ConnParam) error {
 	if p.SegmentSize != 0 {
 		putSegTrailer(f.PrivateData[:], p.SegmentSize)
 	}
-	if id.psk != nil {
+	if id.psk.key != nil {
 		reservePSK(f.PrivateData[:], p.SegmentSize != 0, false)
 	}
-	id.reqFields = f
-	id.connectedAt = time.Now()
+	id.active.req = f
+	id.active.connectedAt = time.Now()
 	id.state = stateConnect
-	id.sendREQ(id.connectedAt)
+	id.sendREQ(id.active.connectedAt)
 	return nil
 }
 
 // sendREQ starts the active side's state machine with a REQ built from
-// id.reqFields under a fresh local communication ID. d.mu is held.
+// id.active.req under a fresh local communication ID. d.mu is held.
 func (id *ID) sendREQ(now time.Time) {
 	d := id.d
 	local := d.newCommID()
-	f := id.reqFields
+	f := id.active.req
 	f.LocalCommID = local
 	tid := cmwire.KernelTID(d.hiTID, local)
 	mad := cmwire.AppendMAD(nil, tid, f)
-	if id.psk != nil {
-		id.pskREQ = id.psk.sign(pskREQ, nil, mad)
+	if id.psk.key != nil {
+		id.psk.req = id.psk.key.sign(pskREQ, nil, mad)
 	}
 	id.conn = fsm.NewActive(local, tid, f.LocalQPN, fsm.ActiveTiming(cmResponseTimeout, packetLifetime, maxCMRetries))
 	d.conns[local] = id
@@ -551,15 +574,15 @@ const noListenerRetryDelay = 50 * time.Millisecond
 // as the kernel) reports the first REJ. Call it before Connect.
 func (id *ID) SetNoListenerRetry(d time.Duration) {
 	id.d.mu.Lock()
-	id.noListenFor = max(d, 0)
+	id.active.noListenFor = max(d, 0)
 	id.d.mu.Unlock()
 }
 
 // retryNoListener reports whether a REJ with reason is to be answered by
 // another REQ instead of REJECTED, and schedules it. d.mu is held.
 func (id *ID) retryNoListener(now time.Time, reason RejectReason) bool {
-	if reason != RejectInvalidServiceID || id.noListenFor == 0 || !id.conn.Active() ||
-		now.Add(noListenerRetryDelay).Sub(id.connectedAt) > id.noListenFor {
+	if reason != RejectInvalidServiceID || id.active.noListenFor == 0 || !id.conn.Active() ||
+		now.Add(noListenerRetryDelay).Sub(id.active.connectedAt) > id.active.noListenFor {
 		return false
 	}
 	conn := id.conn
@@ -613,16 +636,16 @@ func (id *ID) modifyQP(access verbs.AccessFlags, rtr, rts *verbs.QPAttr) error {
 // (roce-wire.md §6.10, §7.9).
 func (id *ID) onREP(now time.Time, msg cmwire.Message) {
 	rep := msg.REP()
-	if id.psk != nil {
-		mac, _, ok := id.psk.verify(pskREP, id.pskREQ[:], rep)
+	if id.psk.key != nil {
+		mac, _, ok := id.psk.key.verify(pskREP, id.psk.req[:], rep)
 		if !ok {
 			id.authFailedREP(now)
 			return
 		}
-		id.pskREP = mac
+		id.psk.rep = mac
 	}
 	pd := append([]byte(nil), rep.PrivateData()...)
-	if id.psk != nil {
+	if id.psk.key != nil {
 		stripPSK(pd)
 	}
 	seg := 0
@@ -633,9 +656,9 @@ func (id *ID) onREP(now time.Time, msg cmwire.Message) {
 		FlowControl: rep.EndToEndFlowControl(), RNRRetryCount: rep.RNRRetryCount(), SRQ: rep.SRQ(), QPNum: uint32(rep.LocalQPN()),
 		SegmentSize: seg}
 	id.indexQP(rep.LocalQPN(), rep.LocalCAGUID())
-	id.rep = repQPInfo{qpn: rep.LocalQPN(), psn: rep.StartingPSN(), ackDelay: rep.TargetACKDelay(),
+	id.active.rep = repQPInfo{qpn: rep.LocalQPN(), psn: rep.StartingPSN(), ackDelay: rep.TargetACKDelay(),
 		rnrRetry: rep.RNRRetryCount(), respRes: rep.ResponderResources()}
-	id.haveREP = true
+	id.active.haveREP = true
 	if id.qp == nil {
 		// The application moves its QP and calls Establish.
 		id.ch.post(&Event{Type: EventConnectResponse, ID: id, Param: param})
@@ -652,7 +675,7 @@ func (id *ID) onREP(now time.Time, msg cmwire.Message) {
 		id.ch.post(&Event{Type: EventConnectError, ID: id, Status: einval, Err: fmt.Errorf("rdmacm: %w", err)})
 		return
 	}
-	id.estParam = param
+	id.active.est = param
 	id.apply(now, id.conn.SendRTU(now, id.rtuPrivateData()))
 }
 
@@ -683,7 +706,7 @@ func (id *ID) Accept(p *ConnParam) error {
 	if id.state != stateConnectRequest || id.conn == nil || id.conn.State() != fsm.REQRcvd && id.conn.State() != fsm.MRAREQSent {
 		return fmt.Errorf("rdmacm: accept: %w", ErrInvalidState)
 	}
-	req := &id.req
+	req := &id.passive.req
 	if p == nil {
 		p = &ConnParam{ResponderResources: min(req.InitiatorDepth, verbs.MaxRdAtomic),
 			InitiatorDepth: min(req.ResponderResources, verbs.MaxRdAtomic), RNRRetryCount: 7}
@@ -691,15 +714,15 @@ func (id *ID) Accept(p *ConnParam) error {
 	if len(p.PrivateData) > cmwire.REPPrivateDataSize {
 		return fmt.Errorf("rdmacm: accept: %d bytes of private data, at most %d: %w", len(p.PrivateData), cmwire.REPPrivateDataSize, ErrInvalidArgument)
 	}
-	if id.psk != nil && len(p.PrivateData) > cmwire.REPPrivateDataSize-pskTrailerLen {
+	if id.psk.key != nil && len(p.PrivateData) > cmwire.REPPrivateDataSize-pskTrailerLen {
 		return fmt.Errorf("rdmacm: accept: %d bytes of private data, at most %d with a pre-shared key: %w", len(p.PrivateData), cmwire.REPPrivateDataSize-pskTrailerLen, ErrInvalidArgument)
 	}
 	seg := 0
-	if id.segOffer != 0 && p.SegmentSize != 0 {
-		if n := repUserLimit(id.psk != nil, true); len(p.PrivateData) > n {
+	if id.passive.segOffer != 0 && p.SegmentSize != 0 {
+		if n := repUserLimit(id.psk.key != nil, true); len(p.PrivateData) > n {
 			return fmt.Errorf("rdmacm: accept: %d bytes of private data, at most %d when accepting a segment size: %w", len(p.PrivateData), n, ErrInvalidArgument)
 		}
-		seg = agreeSegment(id.vctx, p.SegmentSize, id.segOffer)
+		seg = agreeSegment(id.vctx, p.SegmentSize, id.passive.segOffer)
 	}
 	qpn := wire.QPN(p.QPNum)
 	srq := p.SRQ
@@ -710,7 +733,7 @@ func (id *ID) Accept(p *ConnParam) error {
 		return fmt.Errorf("rdmacm: accept: no QP: %w", ErrInvalidState)
 	}
 	respRes, initDepth := clampRes(p.ResponderResources), clampRes(p.InitiatorDepth)
-	// id.rqPSN was chosen with the request (handleREQ), so that InitQPAttr
+	// id.rqPSN was chosen with the request (createChild), so that InitQPAttr
 	// can give it before Accept.
 	if id.qp != nil {
 		err := id.modifyQP(accessFor(respRes),
@@ -730,14 +753,14 @@ func (id *ID) Accept(p *ConnParam) error {
 	if seg != 0 {
 		putSegTrailer(f.PrivateData[:], seg)
 	}
-	if id.psk != nil {
+	if id.psk.key != nil {
 		reservePSK(f.PrivateData[:], seg != 0, false)
 	}
 	mad := cmwire.AppendMAD(nil, id.conn.TID, f)
-	if id.psk != nil {
-		id.pskREP = id.psk.sign(pskREP, id.pskREQ[:], mad)
+	if id.psk.key != nil {
+		id.psk.rep = id.psk.key.sign(pskREP, id.psk.req[:], mad)
 	}
-	id.segAgreed = seg
+	id.passive.segAgreed = seg
 	id.param = ConnParam{ResponderResources: respRes, InitiatorDepth: initDepth, FlowControl: p.FlowControl,
 		RNRRetryCount: p.RNRRetryCount} // what InitQPAttr gives from now on
 	id.conn.LocalQPN = qpn
@@ -750,9 +773,9 @@ func (id *ID) Accept(p *ConnParam) error {
 
 // unpend stops counting the ID against its listener's backlog.
 func (id *ID) unpend() {
-	if id.pendingOn != nil {
-		id.pendingOn.pending--
-		id.pendingOn = nil
+	if id.passive.pendingOn != nil {
+		id.passive.pendingOn.listen.pending--
+		id.passive.pendingOn = nil
 	}
 }
 
@@ -844,8 +867,8 @@ func (d *dispatcher) forget(id *ID) {
 	if d.conns[id.conn.LocalID] == id {
 		delete(d.conns, id.conn.LocalID)
 	}
-	if id.rkey != (remoteKey{}) && d.remote[id.rkey] == id {
-		delete(d.remote, id.rkey)
+	if id.passive.rkey != (remoteKey{}) && d.remote[id.passive.rkey] == id {
+		delete(d.remote, id.passive.rkey)
 	}
 	d.unindexQP(id)
 }
@@ -860,11 +883,11 @@ func (id *ID) apply(now time.Time, r fsm.Result) {
 	case fsm.EvGotREP:
 		id.onREP(now, r.Msg)
 	case fsm.EvEstablished:
-		ev := &Event{Type: EventEstablished, ID: id, Param: id.estParam}
+		ev := &Event{Type: EventEstablished, ID: id, Param: id.active.est}
 		if !id.conn.Active() {
-			ev.Param = ConnParam{ResponderResources: id.req.InitiatorDepth, InitiatorDepth: id.req.ResponderResources,
-				RetryCount: id.req.RetryCount, RNRRetryCount: id.req.RNRRetryCount, QPNum: uint32(id.req.LocalQPN),
-				SegmentSize: id.segAgreed}
+			ev.Param = ConnParam{ResponderResources: id.passive.req.InitiatorDepth, InitiatorDepth: id.passive.req.ResponderResources,
+				RetryCount: id.passive.req.RetryCount, RNRRetryCount: id.passive.req.RNRRetryCount, QPNum: uint32(id.passive.req.LocalQPN),
+				SegmentSize: id.passive.segAgreed}
 		}
 		id.ch.post(ev)
 	case fsm.EvRejected:
@@ -880,7 +903,7 @@ func (id *ID) apply(now time.Time, r fsm.Result) {
 		if !id.conn.Active() {
 			// The REP's retries ran out: a half-open connection.
 			d.halfOpenExpired++
-			d.vctx.AddCM(verbs.CMHalfOpenExpired, 1)
+			d.cm.HalfOpenExpired.Add(1)
 		}
 		id.ch.post(&Event{Type: EventUnreachable, ID: id, Status: etimedout, Err: &TimeoutError{Op: "connect"}})
 	case fsm.EvDisconnected:

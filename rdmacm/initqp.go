@@ -36,7 +36,7 @@ func (id *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, e
 		return verbs.QPAttr{}, 0, fmt.Errorf("rdmacm: init qp attr: %w", ErrClosed)
 	}
 	a := verbs.QPAttr{State: state}
-	if id.ud || id.ps == PSUDP {
+	if id.ud.on || id.ps == PSUDP {
 		switch state {
 		case verbs.QPStateInit:
 			a.PortNum, a.QKey = 1, UDPQKey
@@ -52,7 +52,7 @@ func (id *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, e
 	var respRes, initDepth uint8
 	switch {
 	case passive:
-		respRes, initDepth = min(id.req.InitiatorDepth, verbs.MaxRdAtomic), min(id.req.ResponderResources, verbs.MaxRdAtomic)
+		respRes, initDepth = min(id.passive.req.InitiatorDepth, verbs.MaxRdAtomic), min(id.passive.req.ResponderResources, verbs.MaxRdAtomic)
 		if id.conn != nil && id.state == stateConnect {
 			respRes, initDepth = id.param.ResponderResources, id.param.InitiatorDepth
 		}
@@ -67,27 +67,27 @@ func (id *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, e
 	default:
 		return verbs.QPAttr{}, 0, fmt.Errorf("rdmacm: init qp attr: state %v: %w", state, ErrInvalidArgument)
 	}
-	if !passive && !id.haveREP {
+	if !passive && !id.active.haveREP {
 		return verbs.QPAttr{}, 0, fmt.Errorf("rdmacm: init qp attr: %v before the connection response: %w", state, ErrInvalidState)
 	}
 	if state == verbs.QPStateRTR {
 		a.PathMTU, a.RQPSN, a.MaxDestRdAtomic = id.pathMTU, id.rqPSN, respRes
 		a.AH = verbs.AHAttr{DGID: id.peerGID, HopLimit: hopLimit, PortNum: 1}
-		a.DestQPN = id.rep.qpn
+		a.DestQPN = id.active.rep.qpn
 		if passive {
-			a.DestQPN = id.req.LocalQPN
+			a.DestQPN = id.passive.req.LocalQPN
 		}
 		return a, verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN |
 			verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer, nil
 	}
 	if passive {
-		a.SQPSN, a.Timeout = id.req.StartingPSN, uint8(id.req.Primary.LocalACKTimeout)
-		a.RetryCnt, a.RNRRetry = id.req.RetryCount, id.req.RNRRetryCount
-		a.MaxRdAtomic = min(initDepth, id.req.ResponderResources)
+		a.SQPSN, a.Timeout = id.passive.req.StartingPSN, uint8(id.passive.req.Primary.LocalACKTimeout)
+		a.RetryCnt, a.RNRRetry = id.passive.req.RetryCount, id.passive.req.RNRRetryCount
+		a.MaxRdAtomic = min(initDepth, id.passive.req.ResponderResources)
 	} else {
-		a.SQPSN, a.Timeout = id.rep.psn, uint8(cmwire.AckTimeout(id.rep.ackDelay, packetLifetime))
-		a.RetryCnt, a.RNRRetry = min(id.param.RetryCount, 7), id.rep.rnrRetry
-		a.MaxRdAtomic = min(initDepth, id.rep.respRes)
+		a.SQPSN, a.Timeout = id.active.rep.psn, uint8(cmwire.AckTimeout(id.active.rep.ackDelay, packetLifetime))
+		a.RetryCnt, a.RNRRetry = min(id.param.RetryCount, 7), id.active.rep.rnrRetry
+		a.MaxRdAtomic = min(initDepth, id.active.rep.respRes)
 	}
 	return a, verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
 		verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic, nil

@@ -54,7 +54,7 @@ func (id *ID) SetLimits(l Limits) error {
 	if id.state != stateIdle && id.state != stateListen {
 		return fmt.Errorf("rdmacm: set limits: not a listener: %w", ErrInvalidState)
 	}
-	id.limits = l.withDefaults()
+	id.listen.limits = l.withDefaults()
 	return nil
 }
 
@@ -67,39 +67,39 @@ type halfOpen struct {
 // halfOpenRoom says whether the listener may take one more half-open
 // connection from peer.
 func (ln *ID) halfOpenRoom(peer netip.Addr) bool {
-	l := ln.limits.withDefaults()
-	return ln.half.total < l.MaxHalfOpen && ln.half.byPeer[peer] < l.MaxHalfOpenPerPeer
+	l := ln.listen.limits.withDefaults()
+	return ln.listen.half.total < l.MaxHalfOpen && ln.listen.half.byPeer[peer] < l.MaxHalfOpenPerPeer
 }
 
 // enterHalfOpen counts child, a new passive connection from peer, on ln.
 func (ln *ID) enterHalfOpen(child *ID, peer netip.Addr) {
-	if ln.half.byPeer == nil {
-		ln.half.byPeer = map[netip.Addr]int{}
+	if ln.listen.half.byPeer == nil {
+		ln.listen.half.byPeer = map[netip.Addr]int{}
 	}
-	ln.half.total++
-	ln.half.byPeer[peer]++
-	child.halfOn, child.halfPeer = ln, peer
+	ln.listen.half.total++
+	ln.listen.half.byPeer[peer]++
+	child.passive.halfOn, child.passive.halfPeer = ln, peer
 }
 
 // leaveHalfOpen stops counting the ID as half-open.
 func (id *ID) leaveHalfOpen() {
-	ln := id.halfOn
+	ln := id.passive.halfOn
 	if ln == nil {
 		return
 	}
-	ln.half.total--
-	if n := ln.half.byPeer[id.halfPeer] - 1; n > 0 {
-		ln.half.byPeer[id.halfPeer] = n
+	ln.listen.half.total--
+	if n := ln.listen.half.byPeer[id.passive.halfPeer] - 1; n > 0 {
+		ln.listen.half.byPeer[id.passive.halfPeer] = n
 	} else {
-		delete(ln.half.byPeer, id.halfPeer)
+		delete(ln.listen.half.byPeer, id.passive.halfPeer)
 	}
-	id.halfOn = nil
+	id.passive.halfOn = nil
 }
 
 // settleHalfOpen stops counting the ID once its connection is no longer
 // half-open.
 func (id *ID) settleHalfOpen() {
-	if id.halfOn == nil || id.conn == nil {
+	if id.passive.halfOn == nil || id.conn == nil {
 		return
 	}
 	switch id.conn.State() {

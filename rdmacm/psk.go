@@ -296,7 +296,7 @@ func (id *ID) SetPSK(key []byte) error {
 	if id.state != stateIdle && id.state != stateAddrResolved && id.state != stateRouteResolved {
 		return fmt.Errorf("rdmacm: set key: after Connect or Listen: %w", ErrInvalidState)
 	}
-	id.psk = k
+	id.psk.key = k
 	return nil
 }
 
@@ -330,20 +330,20 @@ func repUserLimit(psk, seg bool) int {
 // REQ and the REP (the RTU body is fully determined by the comm IDs, so
 // it is built here as fsm.SendRTU will build it).
 func (id *ID) rtuPrivateData() []byte {
-	if id.psk == nil {
+	if id.psk.key == nil {
 		return nil
 	}
 	f := cmwire.RTUFields{LocalCommID: id.conn.LocalID, RemoteCommID: id.conn.RemoteID}
 	reservePSK(f.PrivateData[:], false, true)
 	mad := cmwire.AppendMAD(nil, id.conn.TID, f)
-	id.psk.sign(pskRTU, id.rtuBinding(), mad)
+	id.psk.key.sign(pskRTU, id.rtuBinding(), mad)
 	return bytes.Clone(cmwire.Message(mad).RTU().PrivateData())
 }
 
 func (id *ID) rtuBinding() []byte {
 	b := make([]byte, 0, 2*pskMACLen)
-	b = append(b, id.pskREQ[:]...)
-	return append(b, id.pskREP[:]...)
+	b = append(b, id.psk.req[:]...)
+	return append(b, id.psk.rep[:]...)
 }
 
 // authFailedREP handles a REP that does not prove the key (active side):
@@ -351,7 +351,7 @@ func (id *ID) rtuBinding() []byte {
 func (id *ID) authFailedREP(now time.Time) {
 	d := id.d
 	d.authFailures++
-	d.vctx.AddCM(verbs.CMAuthFailures, 1)
+	d.cm.AuthFailures.Add(1)
 	pd := authRejectData("reply not authenticated")
 	id.apply(now, id.conn.Reject(now, cmwire.RejConsumerDefined, nil, pd))
 	id.ch.post(&Event{Type: EventRejected, ID: id, Status: int(RejectConsumerDefined), Param: ConnParam{PrivateData: pd},

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/tbrdma/tbrdma/internal/hooks"
 	"github.com/tbrdma/tbrdma/rdmacm/internal/cmwire"
 	"github.com/tbrdma/tbrdma/rdmacm/internal/fsm"
 	"github.com/tbrdma/tbrdma/transport/wire"
@@ -41,7 +42,7 @@ const sidrReqUserDataSize = cmwire.SIDRREQPrivateDataSize - cmwire.CMAHeaderSize
 func (id *ID) isUD() bool {
 	id.d.mu.Lock()
 	defer id.d.mu.Unlock()
-	return id.ud
+	return id.ud.on
 }
 
 // createUDQP creates a UD QP and moves it to RTS (INIT with Q_Key
@@ -73,7 +74,7 @@ func (id *ID) createUDQP(pd *verbs.PD, a *verbs.QPInitAttr) (*verbs.QP, error) {
 			return nil, fmt.Errorf("rdmacm: create qp: UD QP to %v: %w", s.attr.State, err)
 		}
 	}
-	id.qp, id.srq, id.ud = qp, a.SRQ != nil, true
+	id.qp, id.srq, id.ud.on = qp, a.SRQ != nil, true
 	return qp, nil
 }
 
@@ -92,7 +93,7 @@ func (id *ID) connectSIDR(p *ConnParam) error {
 	if id.state != stateRouteResolved {
 		return fmt.Errorf("rdmacm: connect: %w", ErrInvalidState)
 	}
-	if id.psk != nil && len(pdata) > sidrReqUserDataSize-pskTrailerLen {
+	if id.psk.key != nil && len(pdata) > sidrReqUserDataSize-pskTrailerLen {
 		return fmt.Errorf("rdmacm: connect: %d bytes of private data, at most %d on a UD ID with a pre-shared key: %w", len(pdata), sidrReqUserDataSize-pskTrailerLen, ErrInvalidArgument)
 	}
 	local := d.newCommID()
@@ -100,19 +101,19 @@ func (id *ID) connectSIDR(p *ConnParam) error {
 		ServiceID: cmwire.ServiceID(cmwire.PortSpace(id.ps), id.remote.Port())}
 	hdr := cmwire.NewCMAHeader(id.local.Port(), id.local.Addr(), id.remote.Addr()).Append(f.PrivateData[:0])
 	copy(f.PrivateData[len(hdr):], pdata)
-	if id.psk != nil {
+	if id.psk.key != nil {
 		reservePSK(f.PrivateData[:], false, false)
 	}
 	tid := cmwire.KernelTID(d.hiTID, local)
 	mad := cmwire.AppendMAD(nil, tid, f)
-	if id.psk != nil {
-		id.pskREQ = id.psk.sign(pskSIDRREQ, nil, mad)
+	if id.psk.key != nil {
+		id.psk.req = id.psk.key.sign(pskSIDRREQ, nil, mad)
 	}
-	id.sidr = fsm.NewSIDR(local, tid, fsm.SIDRTiming(cmResponseTimeout, maxCMRetries))
+	id.ud.sidr = fsm.NewSIDR(local, tid, fsm.SIDRTiming(cmResponseTimeout, maxCMRetries))
 	d.sidrs[local] = id
 	id.state = stateConnect
 	now := time.Now()
-	id.applySIDR(now, id.sidr.Send(now, mad))
+	id.applySIDR(now, id.ud.sidr.Send(now, mad))
 	d.wake()
 	return nil
 }
@@ -129,8 +130,8 @@ func (id *ID) applySIDR(now time.Time, r fsm.Result) {
 	case fsm.EvUnreachable:
 		id.ch.post(&Event{Type: EventUnreachable, ID: id, Status: etimedout, Err: &TimeoutError{Op: "service ID resolution"}})
 	}
-	if id.sidr.Done() && d.sidrs[id.sidr.RequestID] == id {
-		delete(d.sidrs, id.sidr.RequestID)
+	if id.ud.sidr.Done() && d.sidrs[id.ud.sidr.RequestID] == id {
+		delete(d.sidrs, id.ud.sidr.RequestID)
 	}
 }
 
@@ -140,14 +141,14 @@ func (id *ID) applySIDR(now time.Time, r fsm.Result) {
 func (id *ID) onSIDRREP(rep cmwire.SIDRREP) {
 	pd := append([]byte(nil), rep.PrivateData()...)
 	st := SIDRStatus(rep.Status())
-	if id.psk != nil {
+	if id.psk.key != nil {
 		// Refusals are not authenticated (as REJs are not): an unsigned
 		// one is reported as it is. A success must prove the key.
-		if _, _, ok := id.psk.verify(pskSIDRREP, id.pskREQ[:], rep); ok {
+		if _, _, ok := id.psk.key.verify(pskSIDRREP, id.psk.req[:], rep); ok {
 			stripPSK(pd)
 		} else if st == SIDRSuccess {
 			id.d.authFailures++
-			id.d.vctx.AddCM(verbs.CMAuthFailures, 1)
+			id.d.cm.AuthFailures.Add(1)
 			id.ch.post(&Event{Type: EventUnreachable, ID: id, Status: int(SIDRReject), Param: ConnParam{PrivateData: pd},
 				Err: &SIDRError{Status: SIDRReject, PrivateData: pd, Auth: true, Local: true}})
 			return
@@ -182,13 +183,13 @@ func (id *ID) acceptSIDR(p *ConnParam) error {
 	if len(pdata) > cmwire.SIDRREPPrivateDataSize {
 		return fmt.Errorf("rdmacm: accept: %d bytes of private data, at most %d on a UD ID: %w", len(pdata), cmwire.SIDRREPPrivateDataSize, ErrInvalidArgument)
 	}
-	if id.psk != nil && len(pdata) > cmwire.SIDRREPPrivateDataSize-pskTrailerLen {
+	if id.psk.key != nil && len(pdata) > cmwire.SIDRREPPrivateDataSize-pskTrailerLen {
 		return fmt.Errorf("rdmacm: accept: %d bytes of private data, at most %d on a UD ID with a pre-shared key: %w", len(pdata), cmwire.SIDRREPPrivateDataSize-pskTrailerLen, ErrInvalidArgument)
 	}
 	d := id.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if id.state != stateConnectRequest || id.sreq == nil {
+	if id.state != stateConnectRequest || id.ud.req == nil {
 		return fmt.Errorf("rdmacm: accept: %w", ErrInvalidState)
 	}
 	if id.qp != nil {
@@ -207,13 +208,13 @@ func (id *ID) rejectSIDR(pdata []byte) error {
 	if len(pdata) > cmwire.SIDRREPPrivateDataSize {
 		return fmt.Errorf("rdmacm: reject: %d bytes of private data, at most %d on a UD ID: %w", len(pdata), cmwire.SIDRREPPrivateDataSize, ErrInvalidArgument)
 	}
-	if id.psk != nil && len(pdata) > cmwire.SIDRREPPrivateDataSize-pskTrailerLen {
+	if id.psk.key != nil && len(pdata) > cmwire.SIDRREPPrivateDataSize-pskTrailerLen {
 		return fmt.Errorf("rdmacm: reject: %d bytes of private data, at most %d on a UD ID with a pre-shared key: %w", len(pdata), cmwire.SIDRREPPrivateDataSize-pskTrailerLen, ErrInvalidArgument)
 	}
 	d := id.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if id.state != stateConnectRequest || id.sreq == nil {
+	if id.state != stateConnectRequest || id.ud.req == nil {
 		return fmt.Errorf("rdmacm: reject: %w", ErrInvalidState)
 	}
 	id.replySIDR(cmwire.SIDRReject, 0, 0, pdata)
@@ -225,21 +226,21 @@ func (id *ID) rejectSIDR(pdata []byte) error {
 // request: a later copy of the SIDR_REQ is a new request, as in the
 // kernel (cm_send_sidr_rep_locked removes it from remote_sidr_table).
 func (id *ID) replySIDR(st cmwire.SIDRStatus, qpn wire.QPN, qkey verbs.QKey, pdata []byte) {
-	d, r := id.d, id.sreq
+	d, r := id.d, id.ud.req
 	f := cmwire.SIDRREPFields{RequestID: r.requestID, Status: st, QPN: qpn, ServiceID: r.serviceID, QKey: wire.QKey(qkey)}
 	copy(f.PrivateData[:], pdata)
-	if id.psk != nil {
+	if id.psk.key != nil {
 		reservePSK(f.PrivateData[:], false, false)
 	}
 	mad := cmwire.AppendMAD(nil, r.tid, f)
-	if id.psk != nil {
-		id.psk.sign(pskSIDRREP, id.pskREQ[:], mad)
+	if id.psk.key != nil {
+		id.psk.key.sign(pskSIDRREP, id.psk.req[:], mad)
 	}
 	d.send(id.peer, mad)
 	if d.sidrPending[r.key] == id {
 		delete(d.sidrPending, r.key)
 	}
-	id.sreq = nil
+	id.ud.req = nil
 	id.unpend()
 	id.leaveHalfOpen()
 }
@@ -248,13 +249,13 @@ func (id *ID) replySIDR(st cmwire.SIDRStatus, qpn wire.QPN, qkey verbs.QKey, pda
 // unanswered SIDR_REQ gets a SIDR_REP with status SIDRReject; an
 // outstanding SIDR_REQ of ours is cancelled without a message.
 func (id *ID) destroySIDR() {
-	if id.sreq != nil {
+	if id.ud.req != nil {
 		id.replySIDR(cmwire.SIDRReject, 0, 0, nil)
 	}
-	if id.sidr != nil {
-		id.sidr.Cancel()
-		if id.d.sidrs[id.sidr.RequestID] == id {
-			delete(id.d.sidrs, id.sidr.RequestID)
+	if id.ud.sidr != nil {
+		id.ud.sidr.Cancel()
+		if id.d.sidrs[id.ud.sidr.RequestID] == id {
+			delete(id.d.sidrs, id.ud.sidr.RequestID)
 		}
 	}
 }
@@ -263,7 +264,7 @@ func (id *ID) destroySIDR() {
 // 1; a listener of the wrong kind, a bad CMA header or a full backlog →
 // status 2; otherwise a CONNECT_REQUEST with a new UD ID. Copies of a
 // request still waiting for Accept/Reject are dropped.
-func (d *dispatcher) handleSIDRREQ(p *verbs.MADPacket, msg cmwire.Message) {
+func (d *dispatcher) handleSIDRREQ(p *hooks.MADPacket, msg cmwire.Message) {
 	req := msg.SIDRREQ()
 	key := sidrKey{p.From.Addr(), req.RequestID()}
 	if d.sidrPending[key] != nil {
@@ -291,7 +292,7 @@ func (d *dispatcher) handleSIDRREQ(p *verbs.MADPacket, msg cmwire.Message) {
 	peer := p.From.Addr().Unmap()
 	if !ln.halfOpenRoom(peer) {
 		d.limitRejects++
-		d.vctx.AddCM(verbs.CMRejectsLimit, 1)
+		d.cm.RejectsLimit.Add(1)
 		replyPD(cmwire.SIDRReject, []byte(limitRejectText))
 		return
 	}
@@ -299,11 +300,11 @@ func (d *dispatcher) handleSIDRREQ(p *verbs.MADPacket, msg cmwire.Message) {
 	// no replay cache: a copy only makes another SIDR_REP, whose MAC
 	// binds the copy's nonce.
 	var reqMAC [pskMACLen]byte
-	if ln.psk != nil {
+	if ln.psk.key != nil {
 		var valid bool
-		if reqMAC, _, valid = ln.psk.verify(pskSIDRREQ, nil, req); !valid {
+		if reqMAC, _, valid = ln.psk.key.verify(pskSIDRREQ, nil, req); !valid {
 			d.authFailures++
-			d.vctx.AddCM(verbs.CMAuthFailures, 1)
+			d.cm.AuthFailures.Add(1)
 			replyPD(cmwire.SIDRReject, authRejectData(""))
 			return
 		}
@@ -313,17 +314,18 @@ func (d *dispatcher) handleSIDRREQ(p *verbs.MADPacket, msg cmwire.Message) {
 		reply(cmwire.SIDRReject)
 		return
 	}
-	child := &ID{ch: ln.ch, ps: ln.ps, vctx: d.vctx, d: d, listener: ln, state: stateConnectRequest, ud: true, psk: ln.psk, pskREQ: reqMAC}
+	child := &ID{ch: ln.ch, ps: ln.ps, vctx: d.vctx, d: d, state: stateConnectRequest}
+	child.ud.on, child.psk.key, child.psk.req = true, ln.psk.key, reqMAC
 	child.peer = p.From.Addr().Unmap()
 	child.peerGID = wire.GIDFromAddr(child.peer)
 	child.pathMTU = min(verbs.MTU4096, d.vctx.ActiveMTU())
 	child.setRequestAddrs(hdr, port)
-	child.sreq = &sidrRequest{requestID: req.RequestID(), tid: msg.TransactionID(), serviceID: req.ServiceID(), key: key}
+	child.ud.req = &sidrRequest{requestID: req.RequestID(), tid: msg.TransactionID(), serviceID: req.ServiceID(), key: key}
 	d.sidrPending[key] = child
 	d.ids[child] = struct{}{}
 	d.addRef()
-	ln.pending++
-	child.pendingOn = ln
+	ln.listen.pending++
+	child.passive.pendingOn = ln
 	ln.enterHalfOpen(child, peer)
 	ud := make([]byte, sidrReqUserDataSize)
 	if hdr != nil {
@@ -331,7 +333,7 @@ func (d *dispatcher) handleSIDRREQ(p *verbs.MADPacket, msg cmwire.Message) {
 	} else {
 		ud = append(ud[:0], req.PrivateData()...)
 	}
-	if ln.psk != nil {
+	if ln.psk.key != nil {
 		stripPSK(ud)
 	}
 	ln.ch.post(&Event{Type: EventConnectRequest, ID: child, Listen: ln, Param: ConnParam{PrivateData: ud},
@@ -345,5 +347,5 @@ func (d *dispatcher) handleSIDRREP(now time.Time, msg cmwire.Message) {
 		d.unmatched++
 		return
 	}
-	id.applySIDR(now, id.sidr.Handle(now, msg))
+	id.applySIDR(now, id.ud.sidr.Handle(now, msg))
 }

@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/tbrdma/tbrdma/internal/hooks"
 	"github.com/tbrdma/tbrdma/rdmacm"
 	"github.com/tbrdma/tbrdma/rdmacm/internal/cmwire"
 	"github.com/tbrdma/tbrdma/transport/transporttest"
@@ -20,14 +21,14 @@ import (
 // MADs from its QP1 and reads the answers.
 type intruder struct {
 	vctx *verbs.Context
-	gsi  *verbs.GSI
+	gsi  hooks.GSI
 }
 
 func newIntruder(t testing.TB, p *pair) *intruder {
 	t.Helper()
 	v, err := verbs.NewContext(&verbs.Options{Conn: p.net.Attach(netip.MustParseAddrPort("198.18.7.3:4791"))})
 	must(t, err)
-	return &intruder{vctx: v, gsi: v.GSI()}
+	return &intruder{vctx: v, gsi: hooks.Of(v).GSI()}
 }
 
 func (in *intruder) send(t testing.TB, to string, mad []byte) {

@@ -43,7 +43,7 @@ func (c *udpConn) HoldBusyPoll(delta int) {}
 // SetKernelWait is accepted and ignored off Linux.
 func (c *udpConn) SetKernelWait(d time.Duration) error { return nil }
 
-// tryReadBatch is not offered off Linux (InlineReaderOf says so).
+// tryReadBatch is not offered off Linux (InlineReader says so).
 func (c *udpConn) tryReadBatch(msgs []Message) (int, error) { return 0, errNoInlineRead }
 
 // kick is a no-op off Linux: the portable path neither busy-polls nor waits

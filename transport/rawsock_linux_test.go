@@ -18,7 +18,7 @@ import (
 func TestNoNetpollDeadline(t *testing.T) {
 	a := open(t, addrA, &Options{NoNetpoll: true})
 	b := open(t, addrB, &Options{NoNetpoll: true})
-	in, ok := InlineReaderOf(b)
+	in, ok := b.(*udpConn).InlineReader()
 	if !ok {
 		t.Fatal("no InlineReader")
 	}

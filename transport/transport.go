@@ -68,8 +68,8 @@ type Stats struct {
 	// Syscalls counts read and write system calls (0 for in-memory links).
 	ReadCalls, WriteCalls uint64
 	// KernelWaits counts receive system calls that slept in the kernel
-	// (SetKernelWaitOf); KernelWaitSlices those of them that ended after
-	// a whole slice without a datagram.
+	// (the kernel wait, internal/hooks.SetKernelWaitOf); KernelWaitSlices
+	// those of them that ended after a whole slice without a datagram.
 	KernelWaits, KernelWaitSlices uint64
 }
 

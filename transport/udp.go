@@ -85,23 +85,13 @@ type Offloads struct {
 }
 
 // OffloadsOf returns the offloads of c if c is (or wraps, through an
-// Unwrap() Conn method) a UDP endpoint returned by Open.
+// Unwrap() Conn method) a UDP endpoint returned by Open: whether the GSO
+// and GRO that Options leaves on are in use, and if not, why.
 func OffloadsOf(c Conn) (Offloads, bool) {
 	if v, ok := endpointAs[interface{ Offloads() Offloads }](c); ok {
 		return v.Offloads(), true
 	}
 	return Offloads{}, false
-}
-
-// MaxPacketSizeOf returns the largest UDP payload c receives if c is (or
-// wraps, through an Unwrap() Conn method) a UDP endpoint returned by Open:
-// any datagram with UDP GRO, else Options.MaxPacketSize. ok is false for
-// other Conns (the in-memory links of transporttest have no limit).
-func MaxPacketSizeOf(c Conn) (n int, ok bool) {
-	if v, ok := endpointAs[interface{ MaxPacketSize() int }](c); ok {
-		return v.MaxPacketSize(), true
-	}
-	return 0, false
 }
 
 // endpointAs returns c, or the first Conn that c wraps (through Unwrap()
@@ -498,75 +488,24 @@ func setBuffersPortable(pc *net.UDPConn, rb, wb int) error {
 	return nil
 }
 
-// SetBusyPollOf turns busy polling on (d > 0) or off on c if c is (or
-// wraps, through an Unwrap() Conn method) a UDP endpoint returned by Open,
-// and reports whether it is one. Only the Linux batched path polls; the
-// others accept and ignore it.
-func SetBusyPollOf(c Conn, d time.Duration) bool {
-	v, ok := endpointAs[interface{ SetBusyPoll(time.Duration) }](c)
-	if ok {
-		v.SetBusyPoll(d)
-	}
-	return ok
-}
-
-// HoldBusyPollOf calls HoldBusyPoll(delta) on c if c is (or wraps) a UDP
-// endpoint returned by Open: +1 when a goroutine starts spinning on data
-// the endpoint receives, -1 when it stops.
-func HoldBusyPollOf(c Conn, delta int) {
-	if v, ok := endpointAs[interface{ HoldBusyPoll(int) }](c); ok {
-		v.HoldBusyPoll(delta)
-	}
-}
-
-// SetKernelWaitOf turns the kernel wait on (d > 0) or off on c if c is (or
-// wraps) a UDP endpoint returned by Open, and reports whether it is one:
-// for up to d after the last datagram arrived, a ReadBatch that finds the
-// socket empty sleeps in its receive system call, on its own thread and
-// keeping its P, instead of in the runtime's poller. A round trip then
-// costs one wake-up, as in a blocking C program; with the poller it costs
-// three on a process confined to one core (the poller's, and two of the
-// runtime's sysmon thread, which the first system call after an idle wait
-// wakes). While the reader sleeps, with GOMAXPROCS=1 nothing else in the
-// process runs: it yields before each sleep and sleeps at most a slice
-// (kernelWaitSlice, rounded up to the kernel's tick), and only the
-// runtime's sysmon polls the network for other sockets (every 10 ms). It
-// is meant for a process whose one endpoint carries the latency-critical
-// traffic (perftest's -e). Only the Linux batched path waits; the others
-// accept it and ignore it.
-func SetKernelWaitOf(c Conn, d time.Duration) (bool, error) {
-	if v, ok := endpointAs[interface{ SetKernelWait(time.Duration) error }](c); ok {
-		return true, v.SetKernelWait(d)
-	}
-	return false, nil
-}
-
-// InlineReader is the part of a UDP endpoint that lets a caller take over
-// its receive path for a while (package verbs' inline receive): read what
-// is queued without waiting, and make a reader blocked in ReadBatch give
-// up.
-type InlineReader interface {
-	// TryReadBatch is ReadBatch without waiting: 0 when nothing is
-	// queued. Like ReadBatch it must not run concurrently with another
-	// read.
-	TryReadBatch(msgs []Message) (int, error)
-	// SetReadDeadline makes ReadBatch calls, a blocked one included,
-	// return an error matching os.ErrDeadlineExceeded once t has passed
-	// (a zero t: no deadline). TryReadBatch ignores it.
-	SetReadDeadline(t time.Time) error
-}
-
 var errNoInlineRead = errors.New("transport: inline reads need the Linux batched path")
 
-// InlineReaderOf returns c's InlineReader if c itself (not a wrapper, whose
-// own receive stages would be bypassed) is a UDP endpoint returned by Open
-// on the Linux batched path.
-func InlineReaderOf(c Conn) (InlineReader, bool) {
-	u, ok := c.(*udpConn)
-	if !ok || u.portable != nil || runtime.GOOS != "linux" {
+// InlineReader returns the endpoint's inline reader, with which a caller
+// takes over the receive path for a while (package verbs' inline receive,
+// through internal/hooks.InlineReaderOf): TryReadBatch is ReadBatch
+// without waiting (0 when nothing is queued; like ReadBatch it must not run
+// concurrently with another read), and SetReadDeadline makes ReadBatch
+// calls, a blocked one included, return an error matching
+// os.ErrDeadlineExceeded once t has passed (TryReadBatch ignores it). Only
+// the Linux batched path has one.
+func (c *udpConn) InlineReader() (r interface {
+	TryReadBatch([]Message) (int, error)
+	SetReadDeadline(time.Time) error
+}, ok bool) {
+	if c.portable != nil || runtime.GOOS != "linux" {
 		return nil, false
 	}
-	return inlineReader{u}, true
+	return inlineReader{c}, true
 }
 
 type inlineReader struct{ c *udpConn }

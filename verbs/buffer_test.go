@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/tbrdma/tbrdma/internal/hooks"
 	"github.com/tbrdma/tbrdma/verbs"
 	"github.com/tbrdma/tbrdma/verbs/verbstest"
 )
@@ -58,12 +59,12 @@ func TestSteadyStateAllocs(t *testing.T) {
 			a, b := p.A, p.B
 			if c.busy {
 				for _, x := range []*verbs.Context{a.Ctx, b.Ctx} {
-					if !x.SetBusyPoll(time.Millisecond) {
+					if !hooks.Of(x).SetBusyPoll(time.Millisecond) {
 						t.Fatal("SetBusyPoll on a UDP context reported false")
 					}
 				}
-				a.Ctx.Spinning(true)
-				defer a.Ctx.Spinning(false)
+				hooks.Of(a.Ctx).Spinning(true)
+				defer hooks.Of(a.Ctx).Spinning(false)
 			}
 			wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, c.size)},
 				RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()}

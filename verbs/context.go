@@ -96,7 +96,7 @@ type Context struct {
 	bufCap  atomic.Int64 // capacity of packet buffers: maxPacket, more with large segments
 	maxSeg  atomic.Int32 // largest QP segment size allowed; 0 = extension off
 	// spinners counts goroutines spinning on this context's results
-	// (Spinning).
+	// (hooks.Engine.Spinning).
 	spinners atomic.Int32
 	// woke is set by a CQ that wakes a completion-channel waiter (CQ.push):
 	// the receive loop then lets that goroutine run before its own flush
@@ -108,7 +108,7 @@ type Context struct {
 	// in is the inline receive state (inline.go).
 	in inlineState
 
-	gsi      *GSI
+	gsi      *gsi
 	async    chan AsyncEvent
 	done     chan struct{}
 	loopDone chan struct{}
@@ -626,48 +626,3 @@ func (c *Context) handle(m *transport.Message, pkt *wire.Packet, lk *qpLookup, n
 // TransportStats returns the counters of the context's endpoint: packets,
 // bytes, system calls and drops by reason (bad ICRC, short packets …).
 func (c *Context) TransportStats() transport.Stats { return c.conn.Stats() }
-
-// SetBusyPoll makes the context's receive loop poll its socket instead of
-// sleeping while packets keep coming: after each packet it polls for up to
-// d more (yielding the processor between polls) before it sleeps in the
-// runtime's poller again; d = 0 turns it off (the default). It is the
-// engine half of a busy-polling application (perftest's default mode: spin
-// on ibv_poll_cq): it saves the receiver's wake-up, about half of a small
-// round trip, at the price of a processor while it spins. It reports
-// false when the transport cannot busy-poll (in-memory links; it is a
-// no-op off Linux).
-func (c *Context) SetBusyPoll(d time.Duration) bool {
-	return transport.SetBusyPollOf(c.conn, d)
-}
-
-// Spinning tells a busy-polling context (SetBusyPoll) that a goroutine
-// starts (true) or stops (false) spinning on its completions or its
-// memory: while one is, the receive loop keeps polling its socket instead
-// of sleeping. Calls must pair. A goroutine that spins with
-// runtime.Gosched while the receive loop sleeps delays the loop's wake-up
-// (by up to the runtime's 10 ms network-poll backstop on one processor).
-func (c *Context) Spinning(on bool) {
-	d := 1
-	if !on {
-		d = -1
-	}
-	c.spinners.Add(int32(d))
-	transport.HoldBusyPollOf(c.conn, d)
-}
-
-// SetKernelWait makes the context's receive loop, for up to d after each
-// packet, wait for the next one in a blocking system call on its own
-// thread instead of in the Go runtime's network poller; d = 0 turns it off
-// (the default). It is the engine half of an application that sleeps on a
-// completion channel (perftest's -e): a round trip then costs one wake-up
-// and two system calls per side, as for a blocking C program, where the
-// poller's hand-off and the runtime's sysmon thread cost three wake-ups and
-// about seven calls (docs/performance.md). The price: while the loop waits,
-// its goroutine keeps its processor, so with GOMAXPROCS=1 other goroutines
-// (another context's receive loop, timers) run only between waits, which
-// last at most 500 µs each. It suits a process whose one context carries
-// the latency-critical traffic. It reports false when the transport cannot
-// (in-memory links, and systems other than Linux, where it is a no-op).
-func (c *Context) SetKernelWait(d time.Duration) (bool, error) {
-	return transport.SetKernelWaitOf(c.conn, d)
-}

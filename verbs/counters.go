@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/tbrdma/tbrdma/internal/hooks"
 	"github.com/tbrdma/tbrdma/transport/wire"
 )
 
@@ -140,8 +141,8 @@ type Counters struct {
 	CM [NumCMCounters]uint64
 }
 
-// CMCounter names a connection-manager counter, moved by package rdmacm
-// through Context.AddCM.
+// CMCounter names a connection-manager counter (Counters.CM), moved by
+// package rdmacm.
 type CMCounter uint8
 
 const (
@@ -153,13 +154,6 @@ const (
 )
 
 var cmNames = [NumCMCounters]string{"cm_retries", "cm_rejects_limit", "cm_auth_failures", "cm_half_open_expired"}
-
-// AddCM adds n to the CM counter k.
-func (c *Context) AddCM(k CMCounter, n uint64) {
-	if k < NumCMCounters {
-		c.ctr.cm[k].Add(n)
-	}
-}
 
 // TotalDrops sums Drops.
 func (c *Counters) TotalDrops() uint64 {
@@ -217,9 +211,9 @@ type counters struct {
 	rnrNAKsSent      atomic.Uint64
 	naksSent         [NumNAKKinds]atomic.Uint64
 	drops            [NumDropReasons]atomic.Uint64
-	cm               [NumCMCounters]atomic.Uint64
-	packetsHandled   atomic.Uint64 // packets the receive loop handed to handle
-	packetsQueuedOut atomic.Uint64 // packets flush handed to the transport
+	cm               hooks.CMCounters // moved by package rdmacm
+	packetsHandled   atomic.Uint64    // packets the receive loop handed to handle
+	packetsQueuedOut atomic.Uint64    // packets flush handed to the transport
 }
 
 func (k *counters) drop(r DropReason) { k.drops[r].Add(1) }
@@ -243,8 +237,9 @@ func (c *Context) Counters() Counters {
 	for i := range s.Drops {
 		s.Drops[i] = k.drops[i].Load()
 	}
-	for i := range s.CM {
-		s.CM[i] = k.cm[i].Load()
+	s.CM = [NumCMCounters]uint64{
+		CMRetries: k.cm.Retries.Load(), CMRejectsLimit: k.cm.RejectsLimit.Load(),
+		CMAuthFailures: k.cm.AuthFailures.Load(), CMHalfOpenExpired: k.cm.HalfOpenExpired.Load(),
 	}
 	ts := c.conn.Stats()
 	s.PacketsIn, s.PacketsOut, s.BytesIn, s.BytesOut = ts.PacketsIn, ts.PacketsOut, ts.BytesIn, ts.BytesOut

@@ -7,65 +7,54 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/tbrdma/tbrdma/internal/hooks"
 	"github.com/tbrdma/tbrdma/transport/wire"
 )
 
-// GSI is the general services interface of a context: QP1, which carries
-// management datagrams (MADs) such as the IB CM messages rdma_cm uses. It
-// is the narrow hook package rdmacm builds on: MADs in, MADs out, in UD
-// SEND_ONLY packets with Q_Key 0x80010000 and P_Key 0xFFFF, from and to
-// QP1, as the Linux kernel's MAD layer sends them over rdma_rxe.
-type GSI struct {
+// gsi is a context's QP1 (internal/hooks.GSI): the general services
+// interface, which carries management datagrams (MADs) such as the IB CM
+// messages package rdmacm speaks. It is reached through hooks.Of(ctx).GSI().
+type gsi struct {
 	ctx  *Context
-	recv chan MADPacket
+	recv chan hooks.MADPacket
 	psn  atomic.Uint32
 	once sync.Once
 	done chan struct{}
 
-	// Dropped counts MADs discarded because the receiver fell behind.
-	Dropped atomic.Uint64
-}
-
-// MADPacket is a received management datagram.
-type MADPacket struct {
-	// From is the sender's UDP address (its IP is the peer's GID).
-	From netip.AddrPort
-	// SrcQP is the sending QP from the DETH (1 for CM traffic).
-	SrcQP QPN
-	// MAD holds the 256-byte datagram.
-	MAD [wire.MADSize]byte
+	dropped atomic.Uint64 // MADs discarded because the receiver fell behind
 }
 
 // gsiQueue bounds the MADs waiting for the GSI's reader.
 const gsiQueue = 1024
 
-// GSI returns the context's QP1, creating it on first use. MADs that arrive
-// before then are dropped, as they would be with no MAD agent registered.
-func (c *Context) GSI() *GSI {
+// gsiPort returns the context's QP1, creating it on first use. MADs that
+// arrive before then are dropped, as they would be with no MAD agent
+// registered.
+func (c *Context) gsiPort() *gsi {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gsi == nil {
-		c.gsi = &GSI{ctx: c, recv: make(chan MADPacket, gsiQueue), done: make(chan struct{})}
+		c.gsi = &gsi{ctx: c, recv: make(chan hooks.MADPacket, gsiQueue), done: make(chan struct{})}
 	}
 	return c.gsi
 }
 
 // Recv waits for the next MAD.
-func (g *GSI) Recv(ctx context.Context) (MADPacket, error) {
+func (g *gsi) Recv(ctx context.Context) (hooks.MADPacket, error) {
 	select {
 	case m := <-g.recv:
 		return m, nil
 	case <-ctx.Done():
-		return MADPacket{}, ctx.Err()
+		return hooks.MADPacket{}, ctx.Err()
 	case <-g.done:
-		return MADPacket{}, ErrClosed
+		return hooks.MADPacket{}, ErrClosed
 	case <-g.ctx.done:
-		return MADPacket{}, ErrClosed
+		return hooks.MADPacket{}, ErrClosed
 	}
 }
 
 // Send sends a 256-byte MAD from QP1 to QP1 at dst (UDP port 0 means 4791).
-func (g *GSI) Send(dst netip.AddrPort, mad []byte) error {
+func (g *gsi) Send(dst netip.AddrPort, mad []byte) error {
 	if len(mad) != wire.MADSize {
 		return fmt.Errorf("verbs: GSI send: MAD of %d bytes, want %d: %w", len(mad), wire.MADSize, ErrInvalidArgument)
 	}
@@ -89,12 +78,15 @@ func (g *GSI) Send(dst netip.AddrPort, mad []byte) error {
 }
 
 // Close stops delivery; pending and later Recv calls return ErrClosed.
-func (g *GSI) Close() error {
+func (g *gsi) Close() error {
 	g.once.Do(func() { close(g.done) })
 	return nil
 }
 
-// deliver hands a UD packet addressed to QP1 to the GSI reader.
+// Dropped counts MADs discarded because the receiver fell behind.
+func (g *gsi) Dropped() uint64 { return g.dropped.Load() }
+
+// deliverGSI hands a UD packet addressed to QP1 to the GSI reader.
 func (c *Context) deliverGSI(pkt *wire.Packet, from netip.AddrPort) {
 	c.mu.RLock()
 	g := c.gsi
@@ -112,11 +104,11 @@ func (c *Context) deliverGSI(pkt *wire.Packet, from netip.AddrPort) {
 		return
 	}
 	c.ctr.madsIn.Add(1)
-	m := MADPacket{From: from, SrcQP: pkt.DETH.SrcQP()}
+	m := hooks.MADPacket{From: from, SrcQP: pkt.DETH.SrcQP()}
 	copy(m.MAD[:], pkt.Payload)
 	select {
 	case g.recv <- m:
 	default:
-		g.Dropped.Add(1)
+		g.dropped.Add(1)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tbrdma/tbrdma/internal/hooks"
 	"github.com/tbrdma/tbrdma/transport"
 	"github.com/tbrdma/tbrdma/transport/wire"
 )
@@ -15,10 +16,10 @@ import (
 // receive loop's work itself, in its own goroutine or thread, instead of
 // waiting for the loop to be scheduled. It is what tbrdma's C library uses
 // for a C program that busy-polls ibv_poll_cq: that thread is not a
-// goroutine, so the cooperative busy polling of Spinning (a spinner that
-// yields to the receive loop on the same processor) cannot work for it,
-// and two threads spinning on one core hand it over only at the kernel's
-// scheduler tick.
+// goroutine, so the cooperative busy polling of hooks.Engine.Spinning (a
+// spinner that yields to the receive loop on the same processor) cannot
+// work for it, and two threads spinning on one core hand it over only at
+// the kernel's scheduler tick.
 //
 // While inline receive is on, the receive loop does not read: it is
 // kicked out of a blocked read by a read deadline in the past and waits.
@@ -33,14 +34,14 @@ type inlineState struct {
 	on     atomic.Bool
 	resume chan struct{} // the loop may read again
 
-	r    transport.InlineReader // nil: the transport cannot
-	msgs []transport.Message    // under rx
-	pkt  wire.Packet            // under rx
+	r    hooks.InlineReader  // nil: the transport cannot
+	msgs []transport.Message // under rx
+	pkt  wire.Packet         // under rx
 }
 
 func (s *inlineState) init(conn transport.Conn, batch int) {
 	s.resume = make(chan struct{}, 1)
-	if r, ok := transport.InlineReaderOf(conn); ok {
+	if r, ok := hooks.InlineReaderOf(conn); ok {
 		s.r = r
 		s.msgs = make([]transport.Message, batch)
 	}

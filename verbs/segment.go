@@ -3,7 +3,7 @@ package verbs
 import (
 	"fmt"
 
-	"github.com/tbrdma/tbrdma/transport"
+	"github.com/tbrdma/tbrdma/internal/hooks"
 	"github.com/tbrdma/tbrdma/transport/wire"
 )
 
@@ -65,7 +65,7 @@ func (c *Context) SetMaxSegmentSize(n int) error {
 		return fmt.Errorf("verbs: segment size %d: want a multiple of 4096 from %d to %d (verbs.SegmentSizeForLink gives the largest for a link MTU): %w", n, MinSegmentSize, SegmentSizeLimit, ErrInvalidArgument)
 	}
 	if n != 0 {
-		if lim, ok := transport.MaxPacketSizeOf(c.conn); ok && lim < n+wire.MaxHeaderRoom+3+wire.ICRCSize {
+		if lim, ok := hooks.MaxPacketSizeOf(c.conn); ok && lim < n+wire.MaxHeaderRoom+3+wire.ICRCSize {
 			return fmt.Errorf("verbs: segment size %d: the endpoint receives datagrams of at most %d bytes (no UDP GRO here): open the context with Options.MaxSegmentSize set, or use a smaller segment size: %w", n, lim, ErrInvalidArgument)
 		}
 	}

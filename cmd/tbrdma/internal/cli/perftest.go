@@ -23,6 +23,7 @@ import (
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/jsonout"
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/perf"
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
+	"github.com/tbrdma/tbrdma/internal/hooks"
 	"github.com/tbrdma/tbrdma/verbs"
 )
 
@@ -729,7 +730,7 @@ func (t *perftest) setup(dev *verbs.Context) error {
 	case !o.Kind.bw: // latency tests: busy-poll the CQ and the socket, as perftest polls
 		t.w.Spin = perf.BusySpin
 		t.w.Ctx = dev
-		dev.SetBusyPoll(perf.BusyPollWindow)
+		hooks.Of(dev).SetBusyPoll(perf.BusyPollWindow)
 	default:
 		// Bandwidth tests at the standard MTU: the receive loops wait in
 		// the kernel too. Measured in alternation (docs/performance.md):
@@ -743,11 +744,11 @@ func (t *perftest) setup(dev *verbs.Context) error {
 			// has CPU to spare): a receiver that sleeps makes the
 			// sender's CPU, which delivers each datagram on a veth
 			// link, pay a wake-up per burst. +4-25 % in alternation.
-			dev.SetBusyPoll(perf.BusyPollWindow)
+			hooks.Of(dev).SetBusyPoll(perf.BusyPollWindow)
 		}
 	}
 	if kernelWait && !t.shared { // serve's device: its other users keep their own wait
-		if _, err := dev.SetKernelWait(perf.KernelWaitWindow); err != nil {
+		if _, err := hooks.Of(dev).SetKernelWait(perf.KernelWaitWindow); err != nil {
 			return err
 		}
 	}

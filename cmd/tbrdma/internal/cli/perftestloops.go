@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/perf"
+	"github.com/tbrdma/tbrdma/internal/hooks"
 	"github.com/tbrdma/tbrdma/verbs"
 )
 
@@ -316,11 +317,11 @@ func (t *perftest) waitByte(ctx context.Context, i int, v byte) error {
 	}
 	held := !t.o.Events
 	if held {
-		t.dev.Spinning(true)
+		hooks.Of(t.dev).Spinning(true)
 	}
 	defer func() {
 		if held {
-			t.dev.Spinning(false)
+			hooks.Of(t.dev).Spinning(false)
 		}
 	}()
 	for spins := 1; t.buf[i] != v; spins++ {
@@ -332,7 +333,7 @@ func (t *perftest) waitByte(ctx context.Context, i int, v byte) error {
 			continue
 		}
 		if held { // the peer is slow: sleep between tests, and let the receive loop sleep
-			t.dev.Spinning(false)
+			hooks.Of(t.dev).Spinning(false)
 			held = false
 		}
 		time.Sleep(20 * time.Microsecond)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/perf"
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
+	"github.com/tbrdma/tbrdma/internal/hooks"
 	"github.com/tbrdma/tbrdma/verbs"
 )
 
@@ -302,7 +303,7 @@ func (pp *pingpong) setupQP() error {
 	pp.w = perf.Waiter{CQ: cq, Ch: ch, Spin: perf.DefaultSpin}
 	if o.Events {
 		pp.w.Spin = 0
-		if _, err := dev.SetKernelWait(perf.KernelWaitWindow); err != nil {
+		if _, err := hooks.Of(dev).SetKernelWait(perf.KernelWaitWindow); err != nil {
 			return err
 		}
 	}

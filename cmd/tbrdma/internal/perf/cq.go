@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/tbrdma/tbrdma/internal/hooks"
 	"github.com/tbrdma/tbrdma/verbs"
 )
 
@@ -51,11 +52,11 @@ type Waiter struct {
 // the error that stopped it: a CQ error or ctx's.
 func (w *Waiter) Wait(ctx context.Context) ([]verbs.WC, error) {
 	if w.Ctx != nil && w.Spin > 0 {
-		w.Ctx.Spinning(true)
+		hooks.Of(w.Ctx).Spinning(true)
 		held := true
 		defer func() {
 			if held {
-				w.Ctx.Spinning(false)
+				hooks.Of(w.Ctx).Spinning(false)
 			}
 		}()
 		return w.wait(ctx, &held)
@@ -80,7 +81,7 @@ func (w *Waiter) wait(ctx context.Context, held *bool) ([]verbs.WC, error) {
 			continue
 		}
 		if held != nil && *held { // about to sleep: let the receive loop sleep too
-			w.Ctx.Spinning(false)
+			hooks.Of(w.Ctx).Spinning(false)
 			*held = false
 		}
 		if err := w.CQ.ReqNotify(false); err != nil {
