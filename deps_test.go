@@ -54,6 +54,12 @@ var depRules = []depRule{
 		module + "/cmd/...",
 		"github.com/spf13/cobra/...", "lipgloss",
 	}},
+	// The test loops and exchanges under the CLI know nothing of its
+	// commands, flags or terminal.
+	{dir: "cmd/tbrdma/internal/perf", forbidden: []string{
+		module + "/cmd/tbrdma/internal/cli", module + "/cmd/tbrdma/internal/ui",
+		"github.com/spf13/cobra/...", "lipgloss",
+	}},
 }
 
 func matches(pattern, importPath string) bool {

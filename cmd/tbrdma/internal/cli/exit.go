@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/perf"
 )
 
 // Exit codes of tbrdma (documented in docs/cli.md).
@@ -27,8 +29,9 @@ func FlagErrorf(format string, args ...any) error {
 }
 
 // errSilent ends a command with ExitFailed after it has already explained
-// itself (in the words of the stock tool it mirrors).
-var errSilent = errors.New("silent failure")
+// itself (in the words of the stock tool it mirrors). It is the test
+// loops' perf.ErrReported, so that their failures end the same way.
+var errSilent = perf.ErrReported
 
 // exitCode maps the error a command returned to an exit code. interrupted
 // reports whether the process was signalled.

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,9 +13,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"runtime/trace"
-	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/spf13/cobra"
 
@@ -305,8 +302,7 @@ type perftest struct {
 	peerWindow bool     // the peer is a tbrdma that made the window offer (perf.TbrdmaWindow)
 	oob        net.Conn // the TCP exchange's connection (nil with -R)
 	info       perf.TestInfo
-	rs         recvState // SEND tests: the receive queue
-	sent       int       // SEND tests: send completions seen
+	loop       *perf.Loop // the data path, once the QP is connected
 	csv        *jsonout.CSVWriter
 	// shared: dev is "tbrdma serve"'s; close releases only the run's QP,
 	// MR and channel.
@@ -410,81 +406,119 @@ func runPerftest(ctx context.Context, o *perftestOptions) error {
 	return err
 }
 
+// run is one side's test, step by step: the out-of-band exchange's
+// connection and the device with the test's QP; the exchange of versions,
+// system data and MTU (and with -R the test QP's connection); the key
+// exchanges that connect the QPs; then the test's loops.
 func (t *perftest) run(ctx context.Context) error {
 	o := t.o
 	k := o.Kind
-	out := t.human()
 	server := o.Peer == ""
 	if server && !o.RDMACM { // -R: once the rdma_cm listeners are up
-		fmt.Fprint(out, perf.WaitBanner)
+		fmt.Fprint(t.human(), perf.WaitBanner)
 	}
-	var comm *perf.Comm
+	comm, done, err := t.openExchange(ctx)
+	defer done()
+	if err != nil {
+		return err
+	}
+	if err := t.exchangeParams(ctx, comm); err != nil {
+		return err
+	}
+	rem, err := t.exchangeKeys(comm)
+	if err != nil {
+		return err
+	}
+	t.loop = t.newLoop()
+	switch {
+	case k.verb == perf.VerbSend:
+		return t.runSend(ctx, comm, rem)
+	case k.verb == perf.VerbWrite && !k.bw:
+		return t.runWriteLat(ctx, rem)
+	case server:
+		return t.serve(ctx, comm)
+	case !k.bw:
+		return t.runLat(ctx, comm, rem)
+	}
+	return t.runBW(ctx, comm, rem)
+}
+
+// openExchange connects the out-of-band exchange and opens the device with
+// the test's QP: with -R rdma_cm's comm QP (the test QP comes later, in
+// exchangeParams), else the TCP connection. done releases what it made;
+// the caller defers it, also after an error.
+func (t *perftest) openExchange(ctx context.Context) (_ *perf.Comm, done func(), _ error) {
+	o := t.o
 	if o.RDMACM {
 		t.cm = &perftestCM{t: t}
-		defer t.cm.close()
-		var err error
-		if comm, err = t.cm.connectComm(ctx); err != nil {
-			return err
-		}
-	} else {
-		var conn net.Conn
-		var err error
-		switch {
-		case o.served != nil:
-			conn = o.served.conn
-		case server:
-			conn, err = listenOneAllowed(ctx, o.Kind.name, o.bind, o.AnyInterface, o.Port, o.Listening, o.IO.ErrOut)
-		default:
-			conn, err = dial(ctx, o.Peer, o.bind, o.Port)
-		}
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		if o.wrapConn != nil {
-			conn = o.wrapConn(conn)
-		}
-		stop := closeOnCancel(ctx, conn)
-		defer stop()
-		t.oob = conn
-		addr := o.bind
-		if !addr.IsValid() {
-			addr = localAddr(conn)
-		}
-		if o.served != nil {
-			t.shared = true
-			err = t.setup(o.served.dev)
-		} else {
-			err = t.open(addr)
-		}
-		if err != nil {
-			return err
-		}
-		if err := t.createQP(); err != nil {
-			return err
-		}
-		comm = perf.NewComm(conn, server)
-		if !server {
-			comm.Hint = o.hint() // for "tbrdma serve": which test, with what
-		}
+		comm, err := t.cm.connectComm(ctx)
+		return comm, t.cm.close, err
+	}
+	conn, done, err := t.connectTCP(ctx)
+	if err != nil {
+		return nil, done, err
+	}
+	addr := o.bind
+	if !addr.IsValid() {
+		addr = localAddr(conn)
 	}
 	if o.served != nil {
-		comm = o.served.comm // the versions are exchanged
+		t.shared = true
+		err = t.setup(o.served.dev)
 	} else {
-		offer := 0
-		if o.LargeSegments {
-			offer = t.segmentOffer()
-			comm.OfferSegment = offer
-		}
-		comm.OfferWindow = true
-		if _, err := comm.ExchangeVersions(); err != nil {
-			if !server {
-				err = explainClosed(err)
-			}
-			return err
-		}
-		t.peerWindow = comm.PeerWindow
-		if err := t.agreeSegment(offer, comm.PeerSegment); err != nil {
+		err = t.open(addr)
+	}
+	if err == nil {
+		err = t.createQP()
+	}
+	if err != nil {
+		return nil, done, err
+	}
+	if o.served != nil {
+		return o.served.comm, done, nil // the versions are exchanged
+	}
+	comm := perf.NewComm(conn, o.Peer == "")
+	if o.Peer != "" {
+		comm.Hint = o.hint() // for "tbrdma serve": which test, with what
+	}
+	return comm, done, nil
+}
+
+// connectTCP returns the exchange's TCP connection: serve's, the one a
+// server accepts, or the client's. done closes it.
+func (t *perftest) connectTCP(ctx context.Context) (_ net.Conn, done func(), _ error) {
+	o := t.o
+	var conn net.Conn
+	var err error
+	switch {
+	case o.served != nil:
+		conn = o.served.conn
+	case o.Peer == "":
+		conn, err = listenOneAllowed(ctx, o.Kind.name, o.bind, o.AnyInterface, o.Port, o.Listening, o.IO.ErrOut)
+	default:
+		conn, err = dial(ctx, o.Peer, o.bind, o.Port)
+	}
+	if err != nil {
+		return nil, func() {}, err
+	}
+	raw := conn
+	if o.wrapConn != nil {
+		conn = o.wrapConn(conn)
+	}
+	stop := closeOnCancel(ctx, conn)
+	t.oob = conn
+	return conn, func() { stop(); raw.Close() }, nil
+}
+
+// exchangeParams runs the exchange up to the keys: the versions (with
+// tbrdma's offers; serve has done that already), the system data and the
+// MTU; then it prints the header. With -R it connects the test QP.
+func (t *perftest) exchangeParams(ctx context.Context, comm *perf.Comm) error {
+	o := t.o
+	out := t.human()
+	server := o.Peer == ""
+	if o.served == nil {
+		if err := t.exchangeVersions(comm); err != nil {
 			return err
 		}
 	}
@@ -500,7 +534,7 @@ func (t *perftest) run(ctx context.Context) error {
 		return err
 	}
 	t.mtu = verbs.MTU(m)
-	t.info = perf.TestInfo{Verb: k.verb, BW: k.bw, AtomicType: o.AtomicType, Device: "tbrdma0", Server: server,
+	t.info = perf.TestInfo{Verb: o.Kind.verb, BW: o.Kind.bw, AtomicType: o.AtomicType, Device: "tbrdma0", Server: server,
 		TxDepth: o.TxDepth, RxDepth: o.RxDepth, CQMod: o.CQMod, MTU: t.mtu.Bytes(), GIDIndex: o.GIDIdx, OutReads: o.OutReads,
 		RDMACM: o.RDMACM}
 	perf.PrintHeader(out, &t.info)
@@ -514,36 +548,62 @@ func (t *perftest) run(ctx context.Context) error {
 			return err
 		}
 	}
+	return nil
+}
 
-	// The key exchanges of perftest 4.5 (as testdata/rxe's captures show):
-	// two (latency) or one (bandwidth) before the QPs connect, the last
-	// printed as the remote address; then two to synchronise, except for
-	// send-lat (one), whose last one, like send-bw's, is per message size
-	// once the receives are posted (runSend). Four in all before a run.
+// exchangeVersions exchanges the version messages with tbrdma's offers
+// (the wider send window, large segments) and applies what was agreed.
+func (t *perftest) exchangeVersions(comm *perf.Comm) error {
+	offer := 0
+	if t.o.LargeSegments {
+		offer = t.segmentOffer()
+		comm.OfferSegment = offer
+	}
+	comm.OfferWindow = true
+	if _, err := comm.ExchangeVersions(); err != nil {
+		if t.o.Peer != "" {
+			err = explainClosed(err)
+		}
+		return err
+	}
+	t.peerWindow = comm.PeerWindow
+	return t.agreeSegment(offer, comm.PeerSegment)
+}
+
+// exchangeKeys runs the key exchanges of perftest 4.5 (as testdata/rxe's
+// captures show): two (latency) or one (bandwidth) before the QPs connect,
+// the last printed as the remote address; then two to synchronise, except
+// for send-lat (one), whose last one, like send-bw's, is per message size
+// once the receives are posted (runSend). Four in all before a run. It
+// connects the QP in between and returns the peer's description.
+func (t *perftest) exchangeKeys(comm *perf.Comm) (perf.Dest, error) {
+	o := t.o
+	k := o.Kind
+	out := t.human()
 	rem, err := comm.HandShake(t.my)
 	if err != nil {
-		return err
+		return perf.Dest{}, err
 	}
 	perf.PrintDest(out, "local", t.my, k.verb)
 	if !k.bw {
 		if rem, err = comm.HandShake(t.my); err != nil {
-			return err
+			return perf.Dest{}, err
 		}
 	}
 	perf.PrintDest(out, "remote", rem, k.verb)
 	fmt.Fprintln(out, perf.Line)
 	// perftest checks the GID types only when it connects the QP itself.
 	if !o.RDMACM && verbs.GID(rem.GID).IsV4Mapped() != verbs.GID(t.my.GID).IsV4Mapped() {
-		return errors.New("found incompatibility issue with GID types (IPv4-mapped and not)")
+		return perf.Dest{}, errors.New("found incompatibility issue with GID types (IPv4-mapped and not)")
 	}
 	if !o.RDMACM { // with -R, rdma_cm has connected the QP
 		if err := t.connect(rem); err != nil {
-			return err
+			return perf.Dest{}, err
 		}
 	}
 	if t.peerWindow { // a tbrdma peer: the wider send window (tbrdma extension)
 		if err := t.qp.SetSendWindow(perf.TbrdmaWindow); err != nil {
-			return err
+			return perf.Dest{}, err
 		}
 	}
 	syncs := 2
@@ -552,94 +612,25 @@ func (t *perftest) run(ctx context.Context) error {
 	}
 	for range syncs {
 		if _, err := comm.HandShake(t.my); err != nil {
-			return err
+			return perf.Dest{}, err
 		}
 	}
-
-	switch {
-	case k.verb == perf.VerbSend:
-		return t.runSend(ctx, comm, rem)
-	case k.verb == perf.VerbWrite && !k.bw:
-		return t.runWriteLat(ctx, rem)
-	case server:
-		return t.serve(ctx, comm)
-	}
-	if !k.bw { // READ and atomic latency
-		fmt.Fprintln(out, perf.LatHeader)
-		for _, size := range o.sizes() {
-			stats, err := t.runLat(ctx, rem, size)
-			if err != nil {
-				return err
-			}
-			if err := t.printLat(stats); err != nil {
-				return err
-			}
-		}
-		fmt.Fprintln(out, perf.Line)
-		return comm.Close(t.my)
-	}
-	{ // WRITE and READ bandwidth: the server prints the last report
-		fmt.Fprintln(out, perf.BWHeader)
-		var rep perf.BWReport
-		for _, size := range o.sizes() {
-			if rep, err = t.runBW(ctx, rem, size); err != nil {
-				return err
-			}
-			if err := t.printBW(rep); err != nil {
-				return err
-			}
-		}
-		if _, err := comm.HandShake(t.my); err != nil {
-			return err
-		}
-		if _, err := comm.ExchangeBWReport(rep); err != nil {
-			return err
-		}
-		fmt.Fprintln(out, perf.Line)
-		return comm.Close(t.my)
-	}
+	return rem, nil
 }
 
-// serve is the server's part after the QPs are connected: it has nothing to
-// do on the data path but wait for the client's closing handshake (and, for
-// bandwidth tests, print the client's report).
-func (t *perftest) serve(ctx context.Context, comm *perf.Comm) error {
-	out := t.human()
-	if t.o.Kind.bw {
-		fmt.Fprintln(out, perf.BWHeader)
-		if _, err := comm.HandShake(t.my); err != nil {
-			return err
-		}
-		rep, err := comm.ExchangeBWReport(perf.BWReport{})
-		if err != nil {
-			return err
-		}
-		if err := t.printBW(rep); err != nil {
-			return err
-		}
-		fmt.Fprintln(out, perf.Line)
-		return comm.Close(t.my)
-	}
-	if err := comm.Close(t.my); err != nil {
-		return err
-	}
-	if t.o.Kind.verb == perf.VerbAtomic {
-		// perftest's client adds 1 per FETCH_AND_ADD, or swaps 0 for 0,
-		// on the first 8 bytes of our buffer, which start at 0.
-		// The engine wrote it with atomic operations; read it as one too.
-		v := atomic.LoadUint64((*uint64)(unsafe.Pointer(&t.buf[0])))
-		want := uint64(t.o.Iters)
-		if t.o.AtomicType == "CMP_AND_SWAP" {
-			// Nothing to expect: perftest swaps 0 for 0, tbrdma counts up.
-			fmt.Fprintf(t.o.IO.ErrOut, "tbrdma: the peer's %d %s left %d in the target\n", t.o.Iters, t.o.AtomicType, v)
-		} else if v != want {
-			fmt.Fprintf(t.o.IO.ErrOut, "tbrdma: the peer's %d %s left %d in the target, want %d\n", t.o.Iters, t.o.AtomicType, v, want)
-			return errSilent
-		} else {
-			fmt.Fprintf(t.o.IO.ErrOut, "tbrdma: the peer's %d %s left %d in the target, as expected\n", t.o.Iters, t.o.AtomicType, v)
-		}
-	}
-	return nil
+// newLoop is the test's data path over the connected QP.
+func (t *perftest) newLoop() *perf.Loop {
+	o := t.o
+	return &perf.Loop{QP: t.qp, MR: t.mr, Buf: t.buf, Half: t.half, W: &t.w, Dev: t.dev,
+		Name: o.Kind.name, Verb: o.Kind.verb, Server: o.Peer == "", Iters: o.Iters,
+		TxDepth: o.TxDepth, RxDepth: o.RxDepth, CQMod: o.CQMod, AtomicType: o.AtomicType, Events: o.Events,
+		Now: o.Now, ErrOut: o.IO.ErrOut,
+		Progress: func(label string, total uint64) perf.Progress {
+			// On a terminal, a progress line on stderr (gone before the row).
+			p := ui.NewProgress(o.IO, o.Now, label)
+			p.Total = total
+			return p
+		}}
 }
 
 // segmentOffer is the large-segment size to offer: --segment-size, else
@@ -832,135 +823,6 @@ func (t *perftest) connect(rem perf.Dest) error {
 		return fmt.Errorf("failed to modify QP to RTS: %w", err)
 	}
 	return nil
-}
-
-// runLat is perftest's run_iter_lat for READ and atomics: post one request,
-// wait for its completion, repeat; the post times make the statistics.
-//
-// Atomics are also checked: FETCH_AND_ADD adds 1 each time, so the values
-// fetched must count up by one; CMP_AND_SWAP swaps in the value one above
-// the one it expects, so every swap after the first must succeed. (perftest
-// itself adds 1 and swaps 0 for 0 without checking anything.)
-func (t *perftest) runLat(ctx context.Context, rem perf.Dest, size int) (perf.LatStats, error) {
-	o := t.o
-	posted := make([]time.Time, o.Iters)
-	wr := verbs.SendWR{WRID: 1, Flags: verbs.SendSignaled, SGList: []verbs.SGE{t.mr.SGE(0, size)},
-		RemoteAddr: rem.VAddr, RKey: verbs.RKey(rem.RKey)}
-	cas := o.AtomicType == "CMP_AND_SWAP"
-	switch {
-	case o.Kind.verb == perf.VerbRead:
-		wr.Opcode = verbs.WRRDMARead
-	case cas:
-		wr.Opcode = verbs.WRAtomicCmpAndSwp
-	default:
-		wr.Opcode = verbs.WRAtomicFetchAndAdd
-		wr.CompareAdd = 1
-	}
-	var first, cur uint64 // the remote value seen by the first atomic; the one expected now
-	bad := 0
-	for i := range o.Iters {
-		if cas && i > 0 {
-			wr.CompareAdd, wr.Swap = cur, cur+1
-		}
-		posted[i] = o.Now()
-		if _, err := t.qp.PostSend(wr); err != nil {
-			return perf.LatStats{}, fmt.Errorf("couldn't post send: scnt=%d: %w", i, err)
-		}
-		wcs, err := t.w.Wait(ctx)
-		if err != nil {
-			return perf.LatStats{}, err
-		}
-		wc := &wcs[0]
-		if wc.Status != verbs.WCSuccess {
-			fmt.Fprintf(o.IO.ErrOut, " Completion with error at client\n Failed status %d: wr_id %d syndrom 0x%x\n scnt=%d, ccnt=%d\n",
-				wc.Status, wc.WRID, wc.VendorErr, i+1, i)
-			fmt.Fprintf(o.IO.ErrOut, "tbrdma: %s failed: %v%s\n", wr.Opcode, wc.Status, peerGone(t.qp, wc.Status))
-			return perf.LatStats{}, errSilent
-		}
-		if o.Kind.verb != perf.VerbAtomic {
-			continue
-		}
-		got := binary.NativeEndian.Uint64(t.buf[:8])
-		switch {
-		case i == 0:
-			first, cur = got, got
-		case got != cur:
-			bad++
-			cur = got
-		}
-		if !cas || i > 0 {
-			cur++ // FETCH_AND_ADD added 1; CMP_AND_SWAP swapped in cur+1
-		}
-	}
-	if o.Kind.verb == perf.VerbAtomic {
-		if bad > 0 {
-			fmt.Fprintf(o.IO.ErrOut, "tbrdma: %d of %d %s results were not the expected values\n", bad, o.Iters-1, o.AtomicType)
-			return perf.LatStats{}, errSilent
-		}
-		fmt.Fprintf(o.IO.ErrOut, "tbrdma: %d %s results checked: the remote value went from %d to %d as expected\n",
-			o.Iters, o.AtomicType, first, cur)
-	}
-	s, _ := perf.Latency(size, posted, 1)
-	return s, nil
-}
-
-// runBW is perftest's run_iter_bw for WRITE, READ and SEND: keep up to
-// tx-depth requests in flight, a completion every cq-mod of them. A
-// request completes once the responder has acknowledged it (or, for READ,
-// sent its data), so the figures count only what the peer confirmed.
-func (t *perftest) runBW(ctx context.Context, rem perf.Dest, size int) (perf.BWReport, error) {
-	o := t.o
-	n := o.Iters
-	op := verbs.WRRDMAWrite
-	switch o.Kind.verb {
-	case perf.VerbRead:
-		op = verbs.WRRDMARead
-	case perf.VerbSend:
-		op = verbs.WRSend
-	}
-	posted := make([]time.Time, n)
-	completed := make([]time.Time, n)
-	scnt, ccnt := 0, 0
-	// On a terminal, a progress line on stderr (gone before the row).
-	prog := ui.NewProgress(o.IO, o.Now, fmt.Sprintf("%s %d bytes", o.Kind.name, size))
-	prog.Total = uint64(n) * uint64(size)
-	defer prog.Clear()
-	for ccnt < n {
-		for scnt < n && scnt-ccnt < o.TxDepth {
-			wr := verbs.SendWR{WRID: uint64(scnt), Opcode: op, SGList: []verbs.SGE{t.mr.SGE(0, size)}}
-			if op != verbs.WRSend {
-				wr.RemoteAddr, wr.RKey = rem.VAddr, verbs.RKey(rem.RKey)
-			}
-			if (scnt+1)%o.CQMod == 0 || scnt == n-1 {
-				wr.Flags = verbs.SendSignaled
-			}
-			posted[scnt] = o.Now()
-			if _, err := t.qp.PostSend(wr); err != nil {
-				return perf.BWReport{}, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
-			}
-			scnt++
-		}
-		wcs, err := t.w.Wait(ctx)
-		if err != nil {
-			return perf.BWReport{}, err
-		}
-		now := o.Now()
-		for i := range wcs {
-			wc := &wcs[i]
-			if wc.Status != verbs.WCSuccess {
-				prog.Clear()
-				fmt.Fprintf(o.IO.ErrOut, " Completion with error at client\n Failed status %d: wr_id %d syndrom 0x%x\n scnt=%d, ccnt=%d\n",
-					wc.Status, wc.WRID, wc.VendorErr, scnt, ccnt)
-				fmt.Fprintf(o.IO.ErrOut, "tbrdma: %v failed: %v%s\n", op, wc.Status, peerGone(t.qp, wc.Status))
-				return perf.BWReport{}, errSilent
-			}
-			for ; ccnt <= int(wc.WRID); ccnt++ {
-				completed[ccnt] = now
-			}
-		}
-		prog.Update(uint64(ccnt) * uint64(size))
-	}
-	return perf.Bandwidth(size, posted, completed, o.CQMod), nil
 }
 
 func (t *perftest) close() {

@@ -51,12 +51,6 @@ type pingpongOptions struct {
 	mtu  verbs.MTU
 }
 
-// Work request IDs of ibv_rc_pingpong.
-const (
-	pingpongRecvWRID = 1
-	pingpongSendWRID = 2
-)
-
 func newCmdPingpong(f *Factory, runF func(*pingpongOptions) error) *cobra.Command {
 	opts := &pingpongOptions{IO: f.IO, Now: f.Now}
 	cmd := &cobra.Command{
@@ -157,15 +151,16 @@ func (o *pingpongOptions) check() error {
 
 // pingpong is one side's resources.
 type pingpong struct {
-	o     *pingpongOptions
-	dev   *verbs.Context
-	mr    *verbs.MR
-	buf   []byte
-	qp    *verbs.QP
-	w     perf.Waiter
-	my    perf.PingpongDest
-	peer  netip.Addr // the TCP peer, used when the remote sends no GID
-	routs int
+	o    *pingpongOptions
+	dev  *verbs.Context
+	mr   *verbs.MR
+	buf  []byte
+	qp   *verbs.QP
+	w    perf.Waiter
+	my   perf.PingpongDest
+	peer netip.Addr // the TCP peer, used when the remote sends no GID
+	// data is the data path, made with the buffer (setupBuf).
+	data *perf.Pingpong
 
 	// UD (--ud) only.
 	pd     *verbs.PD
@@ -348,33 +343,8 @@ func (pp *pingpong) setupBuf() error {
 	if pp.mr, err = pp.pd.RegMR(pp.buf, verbs.AccessLocalWrite); err != nil {
 		return fmt.Errorf("couldn't register MR: %w", err)
 	}
-	if pp.routs = pp.postRecv(o.RxDepth); pp.routs < o.RxDepth {
-		return fmt.Errorf("couldn't post receive (%d)", pp.routs)
-	}
-	return nil
-}
-
-func (pp *pingpong) postRecv(n int) int {
-	for i := range n {
-		// A UD receive takes the GRH area in front of the message.
-		if _, err := pp.qp.PostRecv(verbs.RecvWR{WRID: pingpongRecvWRID, SGList: []verbs.SGE{pp.mr.SGE(0, pp.off+pp.o.Size)}}); err != nil {
-			return i
-		}
-	}
-	return n
-}
-
-func (pp *pingpong) postSend() error {
-	wr := verbs.SendWR{WRID: pingpongSendWRID, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-		SGList: []verbs.SGE{pp.mr.SGE(pp.off, pp.o.Size)}}
-	if pp.ah != nil {
-		wr.AH, wr.RemoteQPN, wr.RemoteQKey = pp.ah, pp.remQPN, udPingpongQKey
-	}
-	_, err := pp.qp.PostSend(wr)
-	if err != nil {
-		return fmt.Errorf("couldn't post send: %w", err)
-	}
-	return nil
+	pp.data = &perf.Pingpong{QP: pp.qp, MR: pp.mr, W: &pp.w, Off: pp.off, Size: o.Size, RxDepth: o.RxDepth}
+	return pp.data.PostRecvs()
 }
 
 // connect moves the QP to RTR and RTS with ibv_rc_pingpong's attributes.
@@ -410,62 +380,19 @@ func (pp *pingpong) connect(rem perf.PingpongDest) error {
 	return nil
 }
 
-// loop is ibv_rc_pingpong's main loop: each side sends its next message
-// only when its previous SEND has completed and a message has arrived.
+// loop runs the ping-pong (perf.Pingpong.Run) and prints the result;
+// -c checks the server's buffer.
 func (pp *pingpong) loop(ctx context.Context, client bool) error {
 	o := pp.o
-	pending := pingpongRecvWRID
-	if client {
-		if err := pp.postSend(); err != nil {
-			return err
-		}
-		pending |= pingpongSendWRID
+	d := pp.data
+	if pp.ah != nil {
+		d.AH, d.RemoteQPN, d.QKey = pp.ah, pp.remQPN, udPingpongQKey
 	}
-	start := o.Now()
-	rcnt, scnt := 0, 0
-	ctx, seen, stop := watchSilence(ctx, peerSilence)
-	defer stop()
-	for rcnt < o.Iters || scnt < o.Iters {
-		wcs, err := pp.w.Wait(ctx)
-		if err != nil {
-			return silentPeer(ctx, o.IO.ErrOut, "pingpong", pp.qp, err)
-		}
-		seen.Add(1)
-		for i := range wcs {
-			wc := &wcs[i]
-			if wc.Status != verbs.WCSuccess {
-				fmt.Fprintf(o.IO.ErrOut, "Failed status %s (%d) for wr_id %d\n", wc.Status, wc.Status, wc.WRID)
-				if hint := peerGone(pp.qp, wc.Status); hint != "" {
-					fmt.Fprintf(o.IO.ErrOut, "tbrdma: pingpong: %v%s\n", wc.Status, hint)
-				}
-				return errSilent
-			}
-			switch wc.WRID {
-			case pingpongSendWRID:
-				scnt++
-			case pingpongRecvWRID:
-				if pp.routs--; pp.routs <= 1 {
-					pp.routs += pp.postRecv(o.RxDepth - pp.routs)
-					if pp.routs < o.RxDepth {
-						fmt.Fprintf(o.IO.ErrOut, "Couldn't post receive (%d)\n", pp.routs)
-						return errSilent
-					}
-				}
-				rcnt++
-			default:
-				fmt.Fprintf(o.IO.ErrOut, "Completion for unknown wr_id %d\n", wc.WRID)
-				return errSilent
-			}
-			pending &^= int(wc.WRID)
-			if scnt < o.Iters && pending == 0 {
-				if err := pp.postSend(); err != nil {
-					return err
-				}
-				pending = pingpongRecvWRID | pingpongSendWRID
-			}
-		}
+	d.Iters, d.Now, d.ErrOut = o.Iters, o.Now, o.IO.ErrOut
+	elapsed, err := d.Run(ctx, client)
+	if err != nil {
+		return err
 	}
-	elapsed := o.Now().Sub(start)
 	printPingpongResult(o.IO.Out, o.Size, o.Iters, elapsed)
 	if o.Inspect != nil {
 		o.Inspect(pp.buf)

@@ -1,4 +1,4 @@
-package cli
+package perf
 
 import (
 	"context"
@@ -35,8 +35,8 @@ func TestWatchSilence(t *testing.T) {
 			t.Errorf("cause %v, want errPeerSilent", context.Cause(ctx))
 		}
 		var b strings.Builder
-		if err := silentPeer(ctx, &b, "send-lat", nil, ctx.Err()); err != errSilent {
-			t.Errorf("silentPeer returned %v, want errSilent", err)
+		if err := silentPeer(ctx, &b, "send-lat", nil, ctx.Err()); err != ErrReported {
+			t.Errorf("silentPeer returned %v, want ErrReported", err)
 		}
 		if !strings.HasPrefix(b.String(), "tbrdma: send-lat: peer stopped answering: nothing from it for 5s") {
 			t.Errorf("message %q", b.String())

@@ -1,0 +1,111 @@
+package perf
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/tbrdma/tbrdma/verbs"
+)
+
+// Loop is one side's data path in a perftest test: a connected RC QP, the
+// registered buffer it sends from and receives into, the CQ waiter, and
+// the test's parameters. The command sets all of it up (device, QP, the
+// exchange) and then calls, once per message size, the loop of its test:
+//
+//   - BW: write-bw, read-bw and send-bw's client (run_iter_bw);
+//   - Lat: read-lat and atomic-lat's client (run_iter_lat);
+//   - SendLat: send-lat, both sides (run_iter_lat_send);
+//   - WriteLat: write-lat, both sides (run_iter_lat_write);
+//   - PostRecvs, then ReceiveBW: send-bw's server (run_iter_bw_server);
+//     PostRecvs also comes before each size of SendLat.
+//
+// CheckAtomicTarget is atomic-lat's server side, once the client is done.
+// The loops return the figures; printing them is the caller's. A failed
+// completion is reported on ErrOut as perftest reports it, and the loop
+// returns ErrReported. A Loop is used by one goroutine.
+type Loop struct {
+	QP *verbs.QP
+	MR *verbs.MR
+	// Buf is MR's memory. This side sends from its first half (and READs
+	// and atomic results land there); receives, and the peer's write-lat
+	// WRITEs, land in the second half, from Half on.
+	Buf  []byte
+	Half int
+	W    *Waiter
+	// Dev is the QP's device: WriteLat tells it while it spins on memory
+	// (Spinning), and a failed WRITE prints its counters.
+	Dev *verbs.Context
+
+	Name       string // the command, for messages and the progress line ("write-bw")
+	Verb       Verb
+	Server     bool
+	Iters      int
+	TxDepth    int    // requests BW keeps in flight
+	RxDepth    int    // receives posted at a time (SEND tests)
+	CQMod      int    // BW: one signaled request every CQMod
+	AtomicType string // "FETCH_AND_ADD" or "CMP_AND_SWAP"
+	// Events is -e: WriteLat's wait on memory spins only briefly before it
+	// sleeps between tests.
+	Events bool
+	Now    func() time.Time
+	ErrOut io.Writer
+	// Progress, when set, starts BW's progress line for a run of total
+	// bytes (the command draws it on a terminal only); nil draws none.
+	Progress func(label string, total uint64) Progress
+
+	rs   recvState // SEND tests: the receive queue
+	sent int       // SEND tests: send completions seen
+}
+
+// Progress is a live progress line: Update reports the bytes done so far,
+// Clear erases the line (before a result row or an error is printed).
+type Progress interface {
+	Update(done uint64)
+	Clear()
+}
+
+type noProgress struct{}
+
+func (noProgress) Update(uint64) {}
+func (noProgress) Clear()        {}
+
+func (l *Loop) progress(label string, total uint64) Progress {
+	if l.Progress == nil {
+		return noProgress{}
+	}
+	return l.Progress(label, total)
+}
+
+// side is "server" or "client", for perftest's error messages.
+func (l *Loop) side() string {
+	if l.Server {
+		return "server"
+	}
+	return "client"
+}
+
+// failed reports a failed completion as perftest does (where, the status,
+// the counts, in the words of its "Completion with error" lines), with
+// tbrdma's line naming the verb and, when the peer is the cause, what
+// became of it. It returns ErrReported.
+func (l *Loop) failed(where string, wc *verbs.WC, what any, counts string) error {
+	fmt.Fprintf(l.ErrOut, " Completion with error at %s\n Failed status %d: wr_id %d syndrom 0x%x\n %s\n",
+		where, wc.Status, wc.WRID, wc.VendorErr, counts)
+	fmt.Fprintf(l.ErrOut, "tbrdma: %v failed: %v%s\n", what, wc.Status, peerGone(l.QP, wc.Status))
+	return ErrReported
+}
+
+// printCounters prints the engine's non-zero counters after a failed
+// completion: what was retransmitted, NAKed or dropped says why.
+func (l *Loop) printCounters() {
+	c := l.Dev.Counters()
+	var b strings.Builder
+	for _, f := range c.Fields() {
+		if f.Value != 0 {
+			fmt.Fprintf(&b, " %s=%d", f.Name, f.Value)
+		}
+	}
+	fmt.Fprintf(l.ErrOut, "tbrdma: engine counters:%s\n", b.String())
+}

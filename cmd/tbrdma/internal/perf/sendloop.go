@@ -1,0 +1,122 @@
+package perf
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tbrdma/tbrdma/verbs"
+)
+
+// recvState is a SEND test's receive queue for one message size: iters
+// receives in all, at most rx-depth posted at a time (ctx_set_recv_wqes and
+// the re-posting of run_iter_lat_send / run_iter_bw_server).
+type recvState struct {
+	size          int
+	posted, done  int
+	total         int
+	first, latest time.Time // first and latest receive completion seen
+}
+
+// PostRecvs starts a SEND test's receives for messages of size bytes:
+// min(RxDepth, Iters) of them, into the buffer's second half. SendLat and
+// ReceiveBW re-post them as they complete, up to Iters in all.
+func (l *Loop) PostRecvs(size int) error {
+	l.rs = recvState{size: size, total: l.Iters}
+	for range min(l.RxDepth, l.Iters) {
+		if err := l.postRecv(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *Loop) postRecv() error {
+	// Every receive lands in the second half of the buffer; the first half
+	// is what this side sends.
+	wr := verbs.RecvWR{WRID: uint64(l.rs.posted), SGList: []verbs.SGE{l.MR.SGE(l.Half, l.rs.size)}}
+	if _, err := l.QP.PostRecv(wr); err != nil {
+		return fmt.Errorf("couldn't post receive: %d of %d: %w", l.rs.posted+1, l.rs.total, err)
+	}
+	l.rs.posted++
+	return nil
+}
+
+// pollSend waits for completions until done reports true, counting send
+// completions in l.sent and receives in l.rs (re-posting receives while
+// fewer than iters were posted). A failed completion ends the test.
+func (l *Loop) pollSend(ctx context.Context, done func() bool) error {
+	for !done() {
+		wcs, err := l.W.Wait(ctx)
+		if err != nil {
+			return err
+		}
+		now := l.Now()
+		for i := range wcs {
+			wc := &wcs[i]
+			if wc.Status != verbs.WCSuccess {
+				return l.failed(l.side(), wc, wc.Opcode, fmt.Sprintf("scnt=%d, rcnt=%d", l.sent, l.rs.done))
+			}
+			if wc.Opcode != verbs.WCRecv {
+				l.sent++
+				continue
+			}
+			if int(wc.ByteLen) != l.rs.size {
+				fmt.Fprintf(l.ErrOut, "tbrdma: received a %d-byte message, want %d\n", wc.ByteLen, l.rs.size)
+				return ErrReported
+			}
+			if l.rs.done == 0 {
+				l.rs.first = now
+			}
+			l.rs.done++
+			l.rs.latest = now
+			if l.rs.posted < l.rs.total {
+				if err := l.postRecv(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// SendLat is perftest's run_iter_lat_send for one size, once PostRecvs
+// has posted its receives: the client sends first; then each side waits
+// for the peer's message before sending its next one. The post times make
+// the statistics (half the round trip).
+func (l *Loop) SendLat(ctx context.Context, size int) (LatStats, error) {
+	n := l.Iters
+	client := !l.Server
+	posted := make([]time.Time, n)
+	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{l.MR.SGE(0, size)}}
+	l.sent = 0
+	ctx, seen, stop := watchSilence(ctx, peerSilence)
+	defer stop()
+	for scnt, rcnt := 0, 0; scnt < n || rcnt < n; {
+		if rcnt < n && !(scnt == 0 && client) {
+			rcnt++
+			if err := l.pollSend(ctx, func() bool { return l.rs.done >= rcnt }); err != nil {
+				return LatStats{}, silentPeer(ctx, l.ErrOut, l.Name, l.QP, err)
+			}
+			seen.Add(1)
+		}
+		if scnt < n {
+			// One SEND in flight (tx depth 1): the previous one's ACK has
+			// nearly always arrived before the peer's answer.
+			if err := l.pollSend(ctx, func() bool { return l.sent == scnt }); err != nil {
+				return LatStats{}, silentPeer(ctx, l.ErrOut, l.Name, l.QP, err)
+			}
+			seen.Add(1)
+			posted[scnt] = l.Now()
+			if _, err := l.QP.PostSend(wr); err != nil {
+				return LatStats{}, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
+			}
+			scnt++
+		}
+	}
+	if err := l.pollSend(ctx, func() bool { return l.sent == n }); err != nil {
+		return LatStats{}, err
+	}
+	s, _ := Latency(size, posted, 2)
+	return s, nil
+}
