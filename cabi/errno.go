@@ -23,6 +23,8 @@ func errno(err error) syscall.Errno {
 		return 0
 	case errors.As(err, &en):
 		return en
+	case errors.Is(err, verbs.ErrBusy):
+		return syscall.EBUSY
 	case errors.Is(err, verbs.ErrQueueFull), errors.Is(err, verbs.ErrResourceLimit):
 		return syscall.ENOMEM
 	case errors.As(err, &se):

@@ -92,7 +92,9 @@ func tbgo_dealloc_pd(h C.uintptr_t) C.int {
 	if ps.uses.busy() {
 		return C.int(syscall.EBUSY)
 	}
-	ps.pd.Close()
+	if err := ps.pd.Close(); err != nil {
+		return C.int(errno(err))
+	}
 	ps.eng.release()
 	cgo.Handle(h).Delete()
 	C.free(unsafe.Pointer(ps.c))
@@ -327,6 +329,9 @@ func tbgo_destroy_cq(h C.uintptr_t) C.int {
 	if qs.uses.busy() {
 		return C.int(syscall.EBUSY)
 	}
+	if err := qs.cq.Close(); err != nil {
+		return C.int(errno(err))
+	}
 	qs.destroyed.Store(true)
 	objMu.Lock()
 	delete(cqsGo, qs.cq)
@@ -344,7 +349,6 @@ func tbgo_destroy_cq(h C.uintptr_t) C.int {
 		qs.ch.mu.Unlock()
 		qs.ch.uses.drop()
 	}
-	qs.cq.Close()
 	qs.eng.release()
 	cgo.Handle(h).Delete()
 	C.free(unsafe.Pointer(qs.c))
@@ -519,10 +523,12 @@ func tbgo_destroy_srq(h C.uintptr_t) C.int {
 	if ss.uses.busy() {
 		return C.int(syscall.EBUSY)
 	}
+	if err := ss.srq.Close(); err != nil {
+		return C.int(errno(err))
+	}
 	objMu.Lock()
 	delete(srqsGo, ss.srq)
 	objMu.Unlock()
-	ss.srq.Close()
 	ss.pd.uses.drop()
 	cgo.Handle(h).Delete()
 	C.free(unsafe.Pointer(ss.c))
@@ -620,6 +626,7 @@ func tbgo_create_ah(h C.uintptr_t, a *C.struct_ibv_ah_attr, errp *C.int) *C.stru
 //export tbgo_destroy_ah
 func tbgo_destroy_ah(h C.uintptr_t) C.int {
 	as := cgo.Handle(h).Value().(*ahState)
+	as.ah.Close()
 	as.pd.uses.drop()
 	cgo.Handle(h).Delete()
 	C.free(unsafe.Pointer(as.c))

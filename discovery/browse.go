@@ -291,7 +291,7 @@ func Resolve(ctx context.Context, name string, o *Options) (Peer, error) {
 		if err := context.Cause(ctx); err != nil && ctx.Err() != context.DeadlineExceeded {
 			return Peer{}, fmt.Errorf("resolve %q: %w", name, err)
 		}
-		return Peer{}, fmt.Errorf("resolve %q: %w (is tbrdma advertising it on the other machine? try tbrdma peers, or --static)", name, ErrNotFound)
+		return Peer{}, fmt.Errorf("resolve %q: %w (is tbrdma advertising it on the other machine? Browse lists the peers that answer; Options.Static names a peer without mDNS)", name, ErrNotFound)
 	}
 	return found, nil
 }

@@ -33,7 +33,7 @@ var (
 	// Thunderbolt interface is up; its text says what to do.
 	ErrNoInterface = errors.New("no Thunderbolt network interface is up: connect a Thunderbolt cable and bring the link up " +
 		"(Linux: ip link set thunderbolt0 up, with an IPv4 or IPv6 address; macOS: the Thunderbolt Bridge service), " +
-		"or name an interface with --iface, or list the peer with --static name=addr")
+		"or name the interface to use (Options.Interfaces), or list the peer statically (Options.Static)")
 	// ErrNoAddress is returned when a chosen interface has no usable IP
 	// address.
 	ErrNoAddress = errors.New("interface has no IP address")

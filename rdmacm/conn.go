@@ -84,9 +84,12 @@ type Conn struct {
 	pd       *verbs.PD
 	qp       *verbs.QP
 	scq, rcq *verbs.CQ
-	ownCQ    bool
-	local    netip.AddrPort
-	remote   netip.AddrPort
+	// ownCQ and ownPD are what newConn made (nil: the caller's), which
+	// release closes after the QP.
+	ownCQ  *verbs.CQ
+	ownPD  *verbs.PD
+	local  netip.AddrPort
+	remote netip.AddrPort
 
 	established chan struct{}
 	done        chan struct{}
@@ -169,7 +172,7 @@ func newConn(ch *EventChannel, id *ID, o *EndpointOptions) (*Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.pd = pd
+		c.pd, c.ownPD = pd, pd
 	}
 	attr := o.QP
 	if attr.Type != 0 && attr.Type != verbs.QPTypeRC {
@@ -181,9 +184,12 @@ func newConn(ch *EventChannel, id *ID, o *EndpointOptions) (*Conn, error) {
 	if attr.SendCQ == nil || attr.RecvCQ == nil {
 		cq, err := vctx.CreateCQ(attr.Cap.MaxSendWR+attr.Cap.MaxRecvWR, nil)
 		if err != nil {
+			if c.ownPD != nil {
+				c.ownPD.Close()
+			}
 			return nil, err
 		}
-		c.ownCQ = true
+		c.ownCQ = cq
 		if attr.SendCQ == nil {
 			attr.SendCQ = cq
 		}
@@ -194,6 +200,12 @@ func newConn(ch *EventChannel, id *ID, o *EndpointOptions) (*Conn, error) {
 	c.scq, c.rcq = attr.SendCQ, attr.RecvCQ
 	qp, err := id.CreateQP(c.pd, &attr)
 	if err != nil {
+		if c.ownCQ != nil {
+			c.ownCQ.Close()
+		}
+		if c.ownPD != nil {
+			c.ownPD.Close()
+		}
 		return nil, err
 	}
 	c.qp = qp
@@ -279,8 +291,12 @@ func (c *Conn) release() {
 	if watching {
 		<-c.watched
 	}
-	if c.ownCQ {
-		c.scq.Close()
+	if c.ownCQ != nil {
+		c.ownCQ.Close()
+	}
+	if c.ownPD != nil {
+		// Busy (and left open) while the caller's MRs on it live.
+		c.ownPD.Close()
 	}
 }
 

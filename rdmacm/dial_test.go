@@ -206,3 +206,48 @@ func TestDialCancel(t *testing.T) {
 		}
 	})
 }
+
+// TestDefaultConnParam: Dial with nil parameters sends DefaultConnParam
+// (READ resources, retries), and the listener sees them; Close releases
+// the CQ and PD the Conn made.
+func TestDefaultConnParam(t *testing.T) {
+	dp := rdmacm.DefaultConnParam()
+	if dp.ResponderResources != rdmacm.MaxResources || dp.InitiatorDepth != rdmacm.MaxResources || dp.RetryCount != 7 || dp.RNRRetryCount != 7 || dp.PrivateData != nil {
+		t.Fatalf("DefaultConnParam = %+v", dp)
+	}
+	p := newPair(t, true)
+	defer p.close()
+	seen := make(chan rdmacm.ConnParam, 2)
+	l, err := rdmacm.Listen(p.b, netip.MustParseAddrPort("0.0.0.0:7302"), &rdmacm.ListenOptions{
+		Param: func(req *rdmacm.Event) (*rdmacm.ConnParam, error) {
+			seen <- req.Param
+			return nil, nil
+		}})
+	must(t, err)
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go func() {
+		for {
+			s, err := l.Accept(ctx)
+			if err != nil {
+				return
+			}
+			<-s.Done()
+			s.Close()
+		}
+	}()
+	for _, param := range []*rdmacm.ConnParam{nil, &dp} {
+		c, err := rdmacm.Dial(ctx, p.a, netip.AddrPortFrom(p.b.LocalAddr().Addr(), 7302).String(), &rdmacm.DialOptions{Param: param})
+		must(t, err)
+		got := <-seen
+		if got.InitiatorDepth != verbs.MaxRdAtomic || got.ResponderResources != verbs.MaxRdAtomic || got.RetryCount != 7 || got.RNRRetryCount != 7 {
+			t.Errorf("Dial(%v): the listener saw %+v", param, got)
+		}
+		cq := c.SendCQ()
+		must(t, c.Close())
+		if _, err := cq.Poll(make([]verbs.WC, 1)); !errors.Is(err, verbs.ErrClosed) {
+			t.Errorf("the Conn's own CQ after Close: Poll = %v, want ErrClosed", err)
+		}
+	}
+}

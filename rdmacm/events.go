@@ -133,7 +133,8 @@ func (e *Event) String() string {
 }
 
 // ConnParam are the connection parameters of Connect and Accept (struct
-// rdma_conn_param).
+// rdma_conn_param). Build one from DefaultConnParam: zero fields are
+// sent as zeros.
 type ConnParam struct {
 	// PrivateData goes in the REQ (at most 56 bytes), REP (196) or REJ
 	// (148); with a pre-shared key (psk.go) the REQ and REP take 32 bytes
@@ -166,6 +167,23 @@ type ConnParam struct {
 	// the sizes agree. Offer it only to tbrdma peers (their mDNS TXT
 	// "seg" key says so): a stock peer sees the trailer as private data.
 	SegmentSize int
+}
+
+// DefaultConnParam returns the parameters Connect(nil) and Accept(nil)
+// use but for Accept's choice of resources: the device maximum of READ and
+// atomic resources both ways (MaxResources; a connection then uses the
+// smaller of both ends' values), 7 retries of a lost packet, RNR retry 7
+// (retry for ever), no private data. ConnParam's zero value is not
+// such a default: it is passed on as zeros, as librdmacm passes a C
+// program's rdma_conn_param, and zero resources disable READ and atomics,
+// zero retries any recovery from loss. Change the fields you need on the
+// result:
+//
+//	p := rdmacm.DefaultConnParam()
+//	p.PrivateData = rb // e.g. a marshalled verbs.RemoteBuffer
+//	err := id.Connect(&p)
+func DefaultConnParam() ConnParam {
+	return ConnParam{ResponderResources: MaxResources, InitiatorDepth: MaxResources, RetryCount: 7, RNRRetryCount: 7}
 }
 
 // MaxResources in ConnParam.ResponderResources or InitiatorDepth means

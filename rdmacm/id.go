@@ -454,9 +454,12 @@ func clampRes(v uint8) uint8 {
 }
 
 // Connect sends a connection request to the resolved peer (rdma_connect).
-// p nil means librdmacm's defaults: device-maximum resources, retry and
-// RNR retry 7. ESTABLISHED, REJECTED, UNREACHABLE or CONNECT_ERROR follows;
-// when the ID has a QP it is in RTS before ESTABLISHED.
+// p nil means DefaultConnParam. A ConnParam's zero fields are passed on as
+// zeros, as rdma_connect does: ResponderResources 0 refuses the peer's
+// READs and atomics, RetryCount 0 gives up at the first lost packet, so
+// start from DefaultConnParam rather than from ConnParam{}. ESTABLISHED,
+// REJECTED, UNREACHABLE or CONNECT_ERROR follows; when the ID has a QP it
+// is in RTS before ESTABLISHED.
 //
 // On a UD ID (PSUDP) Connect sends a SIDR_REQ with up to 180 bytes of
 // private data after the CMA header, resent every 4.096 s up to 15 times;
@@ -467,7 +470,8 @@ func (id *ID) Connect(p *ConnParam) error {
 		return id.connectSIDR(p)
 	}
 	if p == nil {
-		p = &ConnParam{ResponderResources: MaxResources, InitiatorDepth: MaxResources, RetryCount: 7, RNRRetryCount: 7}
+		dp := DefaultConnParam()
+		p = &dp
 	}
 	if len(p.PrivateData) > cmwire.REQUserDataSize {
 		return fmt.Errorf("rdmacm: connect: %d bytes of private data, at most %d: %w", len(p.PrivateData), cmwire.REQUserDataSize, ErrInvalidArgument)

@@ -60,7 +60,7 @@ const authFailedText = "tbrdma: authentication failed"
 
 // ErrAuthFailed is matched (errors.Is) by the error of a connection that
 // failed the pre-shared key check, on either side.
-var ErrAuthFailed = errors.New("authentication failed: check that both ends use the same key (--psk-file)")
+var ErrAuthFailed = errors.New("authentication failed: check that both ends use the same key")
 
 type pskKind byte
 

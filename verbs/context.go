@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -272,7 +273,24 @@ func (c *Context) postAsync(ev AsyncEvent) {
 type PD struct {
 	ctx *Context
 	id  uint32
+
+	mu     sync.Mutex
+	closed bool
+	uses   [numPDUses]int // live objects created on the PD, by kind
 }
+
+// pdUse names a kind of object a PD counts.
+type pdUse uint8
+
+const (
+	useMR pdUse = iota
+	useQP
+	useSRQ
+	useAH
+	numPDUses
+)
+
+var pdUseNames = [numPDUses]string{"MR", "QP", "SRQ", "AH"}
 
 // AllocPD allocates a protection domain.
 func (c *Context) AllocPD() (*PD, error) {
@@ -288,9 +306,42 @@ func (c *Context) AllocPD() (*PD, error) {
 // Context returns the context the PD belongs to.
 func (pd *PD) Context() *Context { return pd.ctx }
 
-// Close deallocates the PD. (Resources created on it stay valid; tbrdma
-// does not track them per PD.)
-func (pd *PD) Close() error { return nil }
+// Close deallocates the PD. It refuses with ErrBusy while MRs, QPs, SRQs
+// or AHs created on it are alive: deregister and close them first.
+// Closing a closed PD does nothing.
+func (pd *PD) Close() error {
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if pd.closed {
+		return nil
+	}
+	var live []string
+	for k, n := range pd.uses {
+		switch {
+		case n == 1:
+			live = append(live, "1 "+pdUseNames[k])
+		case n > 1:
+			live = append(live, fmt.Sprintf("%d %ss", n, pdUseNames[k]))
+		}
+	}
+	if live != nil {
+		return fmt.Errorf("verbs: close PD: %s still use it: close them first: %w", strings.Join(live, ", "), ErrBusy)
+	}
+	pd.closed = true
+	return nil
+}
+
+// use counts an object of kind k that is created on (d = 1) or destroyed
+// from (d = -1) the PD. Creating fails on a closed PD.
+func (pd *PD) use(k pdUse, d int) error {
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if d > 0 && pd.closed {
+		return fmt.Errorf("verbs: PD %w", ErrClosed)
+	}
+	pd.uses[k] += d
+	return nil
+}
 
 // MR is a registered memory region (struct ibv_mr).
 type MR struct {
@@ -329,8 +380,12 @@ func (pd *PD) regMR(buf []byte, va uint64, access AccessFlags) (*MR, error) {
 	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
 		return nil, fmt.Errorf("verbs: register MR: %v needs LOCAL_WRITE: %w", access, ErrInvalidArgument)
 	}
+	if err := pd.use(useMR, 1); err != nil {
+		return nil, fmt.Errorf("verbs: register MR: %w", err)
+	}
 	r, ok := pd.ctx.mrs.Register(buf, va, uint32(access), pd.id)
 	if !ok {
+		pd.use(useMR, -1)
 		return nil, fmt.Errorf("verbs: register MR: %d regions registered, the device maximum (verbs.MaxMR): deregister MRs no longer in use, or register one larger buffer instead of many small ones: %w", MaxMR, ErrResourceLimit)
 	}
 	return &MR{pd: pd, region: r}, nil
@@ -367,6 +422,7 @@ func (mr *MR) Deregister() error {
 		return nil
 	}
 	mr.pd.ctx.mrs.Deregister(mr.region.Key)
+	mr.pd.use(useMR, -1)
 	return nil
 }
 
@@ -375,8 +431,10 @@ func (mr *MR) Close() error { return mr.Deregister() }
 
 // AH is an address handle for UD sends (struct ibv_ah).
 type AH struct {
-	attr AHAttr
-	dst  netip.AddrPort
+	pd     *PD
+	attr   AHAttr
+	dst    netip.AddrPort
+	closed atomic.Bool
 }
 
 // AHAttr describes a remote port (struct ibv_ah_attr with its GRH).
@@ -405,19 +463,38 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	if attr.DGID.IsZero() {
 		return nil, fmt.Errorf("verbs: create AH: zero destination GID: %w", ErrInvalidArgument)
 	}
-	return &AH{attr: attr, dst: attr.addr()}, nil
+	if err := pd.use(useAH, 1); err != nil {
+		return nil, fmt.Errorf("verbs: create AH: %w", err)
+	}
+	return &AH{pd: pd, attr: attr, dst: attr.addr()}, nil
 }
 
 // Attr returns the attributes the AH was created with.
 func (ah *AH) Attr() AHAttr { return ah.attr }
 
+// Close destroys the AH (ibv_destroy_ah), so that its PD can be closed.
+// Sends already posted with it are not affected. Closing a closed AH does
+// nothing.
+func (ah *AH) Close() error {
+	if ah.pd != nil && !ah.closed.Swap(true) {
+		ah.pd.use(useAH, -1)
+	}
+	return nil
+}
+
 // Errors.
 var (
-	ErrClosed          = errors.New("verbs: closed")
-	ErrInvalidArgument = errors.New("invalid argument")
-	ErrInvalidState    = errors.New("invalid state")
-	ErrResourceLimit   = errors.New("resource limit reached")
-	ErrQueueFull       = errors.New("queue full")
+	// ErrClosed reports an object used after Close (or whose Context is
+	// closed). errors.Is(err, net.ErrClosed) matches it too.
+	ErrClosed error = closedError{}
+	// ErrBusy reports a Close refused because the object is still in use
+	// (ibverbs returns EBUSY): the message says what to close first.
+	// errors.Is(err, syscall.EBUSY) matches it too.
+	ErrBusy            error = busyError{}
+	ErrInvalidArgument       = errors.New("invalid argument")
+	ErrInvalidState          = errors.New("invalid state")
+	ErrResourceLimit         = errors.New("resource limit reached")
+	ErrQueueFull             = errors.New("queue full")
 )
 
 // StateError reports a QP operation that its state does not allow.

@@ -35,6 +35,13 @@
 // by a posted work request must not change until the request completes
 // (inline sends copy at post time). Close on a QP flushes its outstanding
 // work requests with WR_FLUSH_ERR; Close on the Context closes everything.
+// As in ibverbs, objects close after those that use them: [CQ.Close],
+// [SRQ.Close] and [PD.Close] refuse with [ErrBusy] (syscall.EBUSY) while a
+// live QP, MR or AH still uses them, and say what to close first. A closed
+// object answers [ErrClosed], which is also net.ErrClosed for errors.Is.
+//
+// [MR.RemoteBuffer] describes a region for a peer as a [RemoteBuffer]
+// (address, length, rkey) with a 16-byte binary form for private data.
 //
 // # Concurrency
 //
@@ -42,7 +49,10 @@
 // that receives packets and drives the responder and completer of each QP;
 // each QP has a timer for retransmission and RNR waits. Posting runs the
 // requester in the caller's goroutine and sends at once. [CQ.Poll] never
-// blocks; [CompChannel.GetEvent] blocks until an armed CQ gets a completion.
+// blocks; [CQ.Wait] blocks until the CQ has a completion (it arms, polls,
+// sleeps and acknowledges itself), and [CQ.WaitSpin] busy-polls first;
+// [CompChannel.GetEvent] is the ibverbs way, blocking until an armed CQ
+// gets a completion.
 //
 // # Engine
 //

@@ -40,3 +40,24 @@ func (pd *PD) regMRAt(buf []byte, va uint64, key RKey, access AccessFlags) (*MR,
 	}
 	return &MR{pd: pd, region: r}, nil
 }
+
+// Push adds a completion to the CQ as the engine does.
+func (cq *CQ) Push(wc WC) { cq.push(&wc, false) }
+
+// Waiters returns how many Wait calls sleep on the CQ.
+func (cq *CQ) Waiters() int {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.waiters
+}
+
+// EventCounts returns how many events the CQ raised and how many were
+// acknowledged.
+func (cq *CQ) EventCounts() (events, acked uint64) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.events, cq.acked
+}
+
+// Queued returns how many events wait in the channel for GetEvent.
+func (ch *CompChannel) Queued() int { return len(ch.events) }

@@ -254,12 +254,17 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 		rq:       make([]recvWQE, cp.MaxRecvWR),
 		rqSGE:    make([]SGE, cp.MaxRecvWR*cp.MaxRecvSGE),
 	}
+	if err := qp.hold(); err != nil {
+		return nil, fmt.Errorf("verbs: create QP: %w", err)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
+		qp.release()
 		return nil, ErrClosed
 	}
 	if len(c.qps) >= MaxQP {
+		qp.release()
 		return nil, fmt.Errorf("verbs: create QP: %d QPs exist, the device maximum (verbs.MaxQP): close QPs no longer in use, or open a second context: %w", MaxQP, ErrResourceLimit)
 	}
 	for c.qps[c.nextQPN] != nil || c.nextQPN < firstQPN {
@@ -273,6 +278,48 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 	c.qps[qp.qpn] = qp
 	qp.attr.Cap = cp
 	return qp, nil
+}
+
+// hold counts the new QP as a user of its PD, CQs and SRQ; it fails if
+// one of them is closed.
+func (qp *QP) hold() error {
+	if err := qp.pd.use(useQP, 1); err != nil {
+		return err
+	}
+	if err := qp.sendCQ.use(1); err != nil {
+		qp.pd.use(useQP, -1)
+		return fmt.Errorf("send %w", err)
+	}
+	if qp.recvCQ != qp.sendCQ {
+		if err := qp.recvCQ.use(1); err != nil {
+			qp.sendCQ.use(-1)
+			qp.pd.use(useQP, -1)
+			return fmt.Errorf("receive %w", err)
+		}
+	}
+	if qp.srq != nil {
+		if err := qp.srq.use(1); err != nil {
+			if qp.recvCQ != qp.sendCQ {
+				qp.recvCQ.use(-1)
+			}
+			qp.sendCQ.use(-1)
+			qp.pd.use(useQP, -1)
+			return err
+		}
+	}
+	return nil
+}
+
+// release undoes hold.
+func (qp *QP) release() {
+	if qp.srq != nil {
+		qp.srq.use(-1)
+	}
+	if qp.recvCQ != qp.sendCQ {
+		qp.recvCQ.use(-1)
+	}
+	qp.sendCQ.use(-1)
+	qp.pd.use(useQP, -1)
 }
 
 // QPN returns the queue pair number.
@@ -343,10 +390,10 @@ func (qp *QP) modifyLocked(attr *QPAttr, mask QPAttrMask, now time.Time) error {
 		req &^= QPAttrState
 	}
 	if missing := req &^ mask; missing != 0 {
-		return &StateError{QPN: qp.qpn, From: from, To: to, Msg: fmt.Sprintf("attribute mask lacks required bits %#x", uint32(missing))}
+		return &StateError{QPN: qp.qpn, From: from, To: to, Msg: fmt.Sprintf("attribute mask lacks required %v: set them in the mask and in QPAttr", missing)}
 	}
 	if extra := mask &^ (tr.req | tr.opt); extra != 0 {
-		return &StateError{QPN: qp.qpn, From: from, To: to, Msg: fmt.Sprintf("attribute mask has bits %#x this transition does not allow", uint32(extra))}
+		return &StateError{QPN: qp.qpn, From: from, To: to, Msg: fmt.Sprintf("attribute mask has %v, which this transition does not allow: leave them out of the mask", extra)}
 	}
 	// Validate values before changing anything.
 	if err := qp.checkAttrValues(attr, mask); err != nil {
@@ -511,7 +558,8 @@ func (qp *QP) reset() {
 }
 
 // Close destroys the QP: outstanding work is flushed and later packets for
-// its QPN are dropped. It is idempotent.
+// its QPN are dropped; its CQs, SRQ and PD can be closed after it. It is
+// idempotent.
 func (qp *QP) Close() error {
 	qp.mu.Lock()
 	if qp.closed {
@@ -528,6 +576,7 @@ func (qp *QP) Close() error {
 	delete(qp.ctx.qps, qp.qpn)
 	qp.ctx.mu.Unlock()
 	qp.ctx.flush()
+	qp.release()
 	return nil
 }
 

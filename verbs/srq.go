@@ -17,6 +17,9 @@ type SRQ struct {
 	head  uint64
 	tail  uint64
 	limit int // armed limit; 0 = not armed
+	// users counts the live QPs attached to the SRQ.
+	users  int
+	closed bool
 }
 
 // SRQAttr holds the sizes and the limit of an SRQ (struct ibv_srq_attr).
@@ -39,6 +42,9 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 	}
 	if attr.MaxSGE > MaxSGE {
 		return nil, fmt.Errorf("verbs: create SRQ: max_sge %d above %d: %w", attr.MaxSGE, MaxSGE, ErrInvalidArgument)
+	}
+	if err := pd.use(useSRQ, 1); err != nil {
+		return nil, fmt.Errorf("verbs: create SRQ: %w", err)
 	}
 	return &SRQ{pd: pd, maxSGE: attr.MaxSGE, ring: make([]recvWQE, attr.MaxWR),
 		sges: make([]SGE, attr.MaxWR*attr.MaxSGE), limit: attr.Limit}, nil
@@ -66,6 +72,9 @@ func (s *SRQ) Query() SRQAttr {
 func (s *SRQ) PostRecv(wrs ...RecvWR) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return 0, fmt.Errorf("verbs: post SRQ recv: %w", ErrClosed)
+	}
 	for i := range wrs {
 		wr := &wrs[i]
 		if s.tail-s.head >= uint64(len(s.ring)) {
@@ -87,8 +96,35 @@ func (s *SRQ) PostRecv(wrs ...RecvWR) (int, error) {
 	return len(wrs), nil
 }
 
-// Close destroys the SRQ.
-func (s *SRQ) Close() error { return nil }
+// Close destroys the SRQ and drops the receive WQEs still queued on it.
+// It refuses with ErrBusy while a QP attached to it is open: close the
+// QPs first. Closing a closed SRQ does nothing.
+func (s *SRQ) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	if s.users > 0 {
+		return fmt.Errorf("verbs: close SRQ: %d QP(s) are attached to it: close them first: %w", s.users, ErrBusy)
+	}
+	s.closed = true
+	s.ring, s.sges, s.head, s.tail = nil, nil, 0, 0
+	s.pd.use(useSRQ, -1)
+	return nil
+}
+
+// use counts a QP that is attached to (d = 1) or detached from (d = -1)
+// the SRQ. Attaching fails on a closed SRQ.
+func (s *SRQ) use(d int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d > 0 && s.closed {
+		return fmt.Errorf("verbs: SRQ %w", ErrClosed)
+	}
+	s.users += d
+	return nil
+}
 
 func (s *SRQ) pop(out *recvWQE, sge []SGE) bool {
 	s.mu.Lock()

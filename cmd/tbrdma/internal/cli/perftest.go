@@ -833,8 +833,14 @@ func (t *perftest) close() {
 		if t.mr != nil {
 			t.mr.Deregister()
 		}
+		if t.w.CQ != nil {
+			t.w.CQ.Close() // after the QP that uses it
+		}
 		if t.w.Ch != nil {
 			t.w.Ch.Close()
+		}
+		if t.pd != nil {
+			t.pd.Close() // after the QP and MR made on it
 		}
 		return
 	}

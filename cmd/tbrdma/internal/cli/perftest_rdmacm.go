@@ -63,7 +63,9 @@ const (
 	cmDisconnectWait = 2 * time.Second
 )
 
-// connParam is perftest's rdma_conn_param for both connections.
+// connParam is perftest's rdma_conn_param for both connections: the
+// stock tools' values, not rdmacm.DefaultConnParam (no READ resources
+// unless the test reads), so that a stock peer sees the same REQ and REP.
 func (cm *perftestCM) connParam() *rdmacm.ConnParam {
 	o := cm.t.o
 	p := &rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7}

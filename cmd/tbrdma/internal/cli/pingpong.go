@@ -437,8 +437,17 @@ func (pp *pingpong) close() {
 		if pp.mr != nil {
 			pp.mr.Deregister()
 		}
+		if pp.ah != nil {
+			pp.ah.Close()
+		}
+		if pp.w.CQ != nil {
+			pp.w.CQ.Close() // after the QP that uses it
+		}
 		if pp.w.Ch != nil {
 			pp.w.Ch.Close()
+		}
+		if pp.pd != nil {
+			pp.pd.Close() // after the QP, MR and AH made on it
 		}
 		return
 	}

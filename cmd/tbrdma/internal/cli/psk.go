@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"errors"
 	"net/netip"
 	"os"
 
@@ -59,4 +60,14 @@ func withPSK(f *Factory, key []byte) {
 		}
 		return v, nil
 	}
+}
+
+// pskHint names the flag behind a failed key check (rdmacm.ErrAuthFailed,
+// whose text ends the message): the library says what is wrong, the CLI
+// says which flag sets the key.
+func pskHint(err error) string {
+	if errors.Is(err, rdmacm.ErrAuthFailed) {
+		return " (--psk-file)"
+	}
+	return ""
 }

@@ -83,7 +83,7 @@ func run(ctx context.Context, f *Factory, args []string) int {
 		fmt.Fprintln(f.IO.ErrOut, "tbrdma: interrupted")
 	case errors.Is(err, errSilent):
 	default:
-		fmt.Fprintf(f.IO.ErrOut, "tbrdma: %v%s\n", err, exchangeTimeoutHint(err))
+		fmt.Fprintf(f.IO.ErrOut, "tbrdma: %v%s%s\n", err, pskHint(err), exchangeTimeoutHint(err))
 	}
 	return code
 }

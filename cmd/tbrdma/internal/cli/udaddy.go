@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"net/netip"
-	"runtime"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -196,12 +195,25 @@ func newUdaddyNode(id *rdmacm.ID, n, size int) (*udaddyNode, error) {
 	return nd, nil
 }
 
+// close releases the node's objects, each after those that use it.
 func (nd *udaddyNode) close() {
 	if nd.id.QP() != nil {
 		nd.id.DestroyQP()
 	}
+	if nd.mr != nil {
+		nd.mr.Deregister()
+	}
+	if nd.ah != nil {
+		nd.ah.Close()
+	}
+	if nd.cq != nil {
+		nd.cq.Close()
+	}
 	if nd.ch != nil {
 		nd.ch.Close()
+	}
+	if nd.pd != nil {
+		nd.pd.Close()
 	}
 }
 
@@ -231,25 +243,9 @@ type udaddyCounts struct {
 // immediate data (the sender's QPN), the same in all of them.
 func (nd *udaddyNode) poll(ctx context.Context, c *udaddyCounts, done func(*udaddyCounts) bool) error {
 	for !done(c) {
-		n, err := nd.cq.Poll(nd.wc[:])
+		n, err := nd.cq.Wait(ctx, nd.wc[:])
 		if err != nil {
 			return err
-		}
-		if n == 0 {
-			if err := nd.cq.ReqNotify(false); err != nil {
-				return err
-			}
-			if n, err = nd.cq.Poll(nd.wc[:]); err != nil {
-				return err
-			}
-			if n == 0 {
-				if _, err := nd.ch.GetEvent(ctx); err != nil {
-					return err
-				}
-				nd.cq.AckEvents(1)
-				runtime.Gosched()
-				continue
-			}
 		}
 		for _, wc := range nd.wc[:n] {
 			if err := wc.Err(); err != nil {

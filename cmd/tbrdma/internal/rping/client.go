@@ -128,6 +128,8 @@ func Dial(ctx context.Context, vctx *verbs.Context, peer netip.AddrPort, size in
 	if cl.c, err = newConn(cl.id, size, size, false); err != nil {
 		return nil, err
 	}
+	// rping's own rdma_conn_param (not rdmacm.DefaultConnParam): one READ
+	// each way, so that a stock peer sees the REQ it expects.
 	if err := cl.id.Connect(&rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}); err != nil {
 		return nil, err
 	}

@@ -8,10 +8,8 @@ package rping
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"runtime"
 	"strconv"
 
 	"github.com/tbrdma/tbrdma/rdmacm"
@@ -28,7 +26,7 @@ const (
 	MaxSize = 65535
 	// infoSize is struct rping_rdma_info: buf (u64), rkey (u32), size
 	// (u32), big-endian; the only SEND payload of the protocol.
-	infoSize = 16
+	infoSize = verbs.RemoteBufferSize
 	backlog  = 3 // rdma_listen's backlog in rping
 	spin     = 20
 )
@@ -118,12 +116,14 @@ func (c *conn) postRecv() error {
 	return err
 }
 
-// sendInfo sends rping_rdma_info {addr of mr, its rkey, n}.
+// sendInfo sends rping_rdma_info {addr of mr, its rkey, n}, which is the
+// layout of a marshalled verbs.RemoteBuffer.
 func (c *conn) sendInfo(mr *verbs.MR, n int) error {
-	b := c.sendMR.Buf()
-	binary.BigEndian.PutUint64(b[0:], mr.Addr())
-	binary.BigEndian.PutUint32(b[8:], uint32(mr.RKey()))
-	binary.BigEndian.PutUint32(b[12:], uint32(n))
+	rb := mr.RemoteBuffer()
+	rb.Len = uint32(n)
+	if _, err := rb.AppendBinary(c.sendMR.Buf()[:0]); err != nil {
+		return err
+	}
 	_, err := c.id.QP().PostSend(verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
 		SGList: []verbs.SGE{c.sendMR.SGE(0, infoSize)}})
 	return err
@@ -140,42 +140,20 @@ func (c *conn) goAhead() error {
 
 // peerInfo returns the last rping_rdma_info received.
 func (c *conn) peerInfo() (addr uint64, rkey verbs.RKey, size uint32) {
-	return binary.BigEndian.Uint64(c.info[0:]), verbs.RKey(binary.BigEndian.Uint32(c.info[8:])), binary.BigEndian.Uint32(c.info[12:])
+	var rb verbs.RemoteBuffer
+	rb.UnmarshalBinary(c.info[:]) // c.info has infoSize (verbs.RemoteBufferSize) bytes
+	return rb.Addr, rb.RKey, rb.Len
 }
 
 // wait returns the next completion of opcode want, skipping the others
 // (send completions). A RECV's payload is copied to c.info and the receive
-// re-posted, as rping does. It polls a little, then sleeps on the
-// completion channel until ctx ends.
+// re-posted, as rping does. It polls a little, then sleeps on the CQ
+// (CQ.WaitSpin) until ctx ends.
 func (c *conn) wait(ctx context.Context, want verbs.WCOpcode) error {
-	for spins := 0; ; spins++ {
-		n, err := c.cq.Poll(c.wc[:])
-		if err != nil {
+	for {
+		if _, err := c.cq.WaitSpin(ctx, c.wc[:], verbs.SpinPolicy{Polls: spin}); err != nil {
 			return err
 		}
-		if n == 0 && spins >= spin {
-			if err := c.cq.ReqNotify(false); err != nil {
-				return err
-			}
-			if n, err = c.cq.Poll(c.wc[:]); err != nil {
-				return err
-			}
-			if n == 0 {
-				if _, err := c.ch.GetEvent(ctx); err != nil {
-					return err
-				}
-				c.cq.AckEvents(1)
-				continue
-			}
-		}
-		if n == 0 {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			runtime.Gosched()
-			continue
-		}
-		spins = 0
 		if done, err := c.handle(ctx, &c.wc[0], want); done || err != nil {
 			return err
 		}
