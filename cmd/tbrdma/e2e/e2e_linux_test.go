@@ -85,20 +85,23 @@ func TestTwoMachines(t *testing.T) {
 		}
 		r = l.run(t, l.nsA, 15*time.Second, "peers", "--timeout", "3s", "--json")
 		var p struct {
-			SchemaVersion int      `json:"schemaVersion"`
-			Name          string   `json:"name"`
-			Addrs         []string `json:"addrs"`
-			Port          int      `json:"port"`
-			GID           string   `json:"gid"`
-			MTU           int      `json:"mtu_bytes"`
-			Caps          []string `json:"caps"`
-			Interface     string   `json:"interface"`
+			SchemaVersion int               `json:"schemaVersion"`
+			Name          string            `json:"name"`
+			Addrs         []string          `json:"addrs"`
+			Port          int               `json:"port"`
+			GID           string            `json:"gid"`
+			MTU           int               `json:"mtu_bytes"`
+			Caps          []string          `json:"caps"`
+			OOBPort       int               `json:"oob_port"`
+			Interface     string            `json:"interface"`
+			TXT           map[string]string `json:"txt"`
 		}
 		if err := json.Unmarshal([]byte(firstLine(r.stdout)), &p); err != nil || r.code != 0 {
 			t.Fatalf("peers --json: %v (%v)", r, err)
 		}
 		if p.SchemaVersion != 1 || p.Name != name || len(p.Addrs) == 0 || p.Addrs[0] != l.addrB || p.Port != 4791 ||
-			p.GID != "::ffff:"+l.addrB || p.MTU != 4096 || p.Interface != "thunderbolt0" || !contains(p.Caps, "cm") {
+			p.GID != "::ffff:"+l.addrB || p.MTU != 4096 || p.Interface != "thunderbolt0" || !contains(p.Caps, "cm") ||
+			p.OOBPort != 18515 || p.TXT["cm"] != "7174" {
 			t.Errorf("peers --json: %+v", p)
 		}
 	})

@@ -31,10 +31,21 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	// The live-counter files of the commands the tests start
+	// (cli/livecounters.go) go to a directory of this run, removed at
+	// the end: a command the test kills (SIGKILL, as exec.CommandContext
+	// does when its context ends) cannot remove its own.
+	liveDir, err := os.MkdirTemp("", "tbrdma-e2e-xdg-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		os.Exit(1)
+	}
+	os.Setenv("XDG_RUNTIME_DIR", liveDir)
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
 	}
+	os.RemoveAll(liveDir)
 	os.Exit(code)
 }
 
@@ -52,7 +63,7 @@ func tbrdma(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(buildDir, "tbrdma")
-		progress("building tbrdma")
+		heartbeat("building tbrdma")
 		out, err := exec.Command(goBin, "build", "-o", binPath, "github.com/tbrdma/tbrdma/cmd/tbrdma").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
@@ -64,10 +75,65 @@ func tbrdma(t *testing.T) string {
 	return binPath
 }
 
-// progress prints one line on stderr (long tests say where they are
-// without -v).
+// progress prints one line on stderr (long tests say where they are,
+// shown with -v and when the package fails).
 func progress(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "e2e: "+format+"\n", args...)
+}
+
+// heartbeat is progress for the lines that must show as the tests run
+// (which test starts, the build): "go test" with package arguments (go
+// test ./...) collects a test binary's stdout and stderr through a pipe
+// and shows them only when the package fails, so the line also goes to
+// the go command's own stderr (parentStderr).
+func heartbeat(format string, args ...any) {
+	line := fmt.Sprintf("e2e: "+format+"\n", args...)
+	os.Stderr.WriteString(line)
+	if w := parentStderr(); w != nil {
+		w.WriteString(line)
+	}
+}
+
+var (
+	progressOnce sync.Once
+	progressOut  *os.File
+)
+
+// parentStderr returns the stderr of the go command that runs this test
+// binary (/proc/<parent>/fd/2) when our stderr is the pipe "go test"
+// buffers, without -v; nil otherwise (go test -v and -json show what the
+// test binary writes; the binary run by hand writes to the terminal) or
+// when the parent's stderr cannot be opened (a socket).
+func parentStderr() *os.File {
+	progressOnce.Do(func() {
+		if testing.Verbose() {
+			return // go test -v and -json show our output (one package: as it comes)
+		}
+		fi, err := os.Stderr.Stat()
+		if err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+			return
+		}
+		parent := fmt.Sprintf("/proc/%d", os.Getppid())
+		exe, err := os.Readlink(parent + "/exe")
+		if err != nil || filepath.Base(exe) != "go" {
+			return
+		}
+		progressOut, _ = os.OpenFile(parent+"/fd/2", os.O_WRONLY|os.O_APPEND, 0)
+	})
+	return progressOut
+}
+
+var (
+	runStart  = time.Now()
+	announced sync.Map // test names announced
+)
+
+// announce prints the test's name once as it starts (a heartbeat: the
+// end-to-end tests take minutes in all).
+func announce(t *testing.T) {
+	if _, dup := announced.LoadOrStore(t.Name(), true); !dup {
+		heartbeat("%4.0fs %s", time.Since(runStart).Seconds(), t.Name())
+	}
 }
 
 // link is two network namespaces, "machines" A and B, joined by a veth
@@ -88,7 +154,8 @@ const (
 	macB = "02:00:c6:12:07:02"
 )
 
-// needNetns skips the test unless it can create network namespaces.
+// needNetns skips the test unless it can create network namespaces, and
+// announces it (every test that starts commands in namespaces calls it).
 func needNetns(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
@@ -100,6 +167,7 @@ func needNetns(t *testing.T) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("needs ip(8) from iproute2 for network namespaces (apt-get install iproute2)")
 	}
+	announce(t)
 }
 
 // newLink creates the namespaces and the veth pair (unique names per run,

@@ -83,7 +83,8 @@ connection; a receiver waits for its sender without limit.`, catDefaultPort, cat
 		Example: `  tbrdma cat > dir.tar                     # receiver, on 198.18.0.2
   tar c dir | tbrdma cat 198.18.0.2        # sender
   tbrdma cat --bind 198.18.0.1 -p 9000 | tar x`,
-		Args: maxArgs(1),
+		Args:              maxArgs(1),
+		ValidArgsFunction: completePeers(f),
 		RunE: func(c *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				opts.Peer = args[0]

@@ -22,7 +22,10 @@ func newCmdCompletion(f *Factory, runF func(*completionOptions) error) *cobra.Co
 		Use:   "completion bash|zsh|fish",
 		Short: "Print a shell completion script",
 		Long: `Print the completion script for bash, zsh or fish on stdout (cobra's
-generators). Load it for the current shell, or install it:
+generators). Peer arguments (ping, pingpong, the perftest commands, cat,
+udaddy) complete to the names and addresses of the --static peers on the
+command line and of those a 1 s mDNS browse finds, not to file names. Load
+it for the current shell, or install it:
 
   bash:  source <(tbrdma completion bash)
          tbrdma completion bash > /etc/bash_completion.d/tbrdma

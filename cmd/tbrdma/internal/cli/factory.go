@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
+	"github.com/tbrdma/tbrdma/discovery"
 	"github.com/tbrdma/tbrdma/transport"
 	"github.com/tbrdma/tbrdma/verbs"
 )
@@ -25,11 +27,14 @@ type Factory struct {
 	// WrapConn, when set by --fault, wraps the UDP endpoint of every
 	// device OpenDevice opens (fault.go).
 	WrapConn func(transport.Conn) transport.Conn
+	// BrowsePeers is the mDNS browse that completes peer arguments
+	// (completion_peers.go), discovery.Browse; nil: no browse.
+	BrowsePeers func(context.Context, *discovery.Options) ([]discovery.Peer, error)
 }
 
 // NewFactory returns the factory of the real process.
 func NewFactory() *Factory {
-	f := &Factory{IO: ui.System(), Now: time.Now}
+	f := &Factory{IO: ui.System(), Now: time.Now, BrowsePeers: discovery.Browse}
 	f.OpenDevice = func(addr netip.Addr) (*verbs.Context, error) {
 		ctx, err := openDeviceWith(addr, f.Logger, f.WrapConn)
 		if err == nil {

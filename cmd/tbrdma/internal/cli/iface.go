@@ -130,8 +130,13 @@ func checkArrival(cmd string, local, peer netip.Addr) error {
 // listenOneAllowed is listenOne for a TCP-exchange server: with bind set
 // or anyIface it is listenOne; otherwise it accepts until a connection
 // arrives on an interface checkArrival allows, closing (and reporting on
-// log) the others.
+// log) the others. With port 0 (any free port) and no ready to learn it
+// (the demo and tests have one), it says on log which port the kernel
+// picked: the user needs it for the client's -p.
 func listenOneAllowed(ctx context.Context, cmd string, bind netip.Addr, anyIface bool, port int, ready func(net.Addr), log io.Writer) (net.Conn, error) {
+	if port == 0 && ready == nil {
+		ready = announcePort(cmd, "TCP", log)
+	}
 	if bind.IsValid() || anyIface {
 		return listenOne(ctx, bind, port, ready)
 	}
@@ -159,4 +164,15 @@ func explainClosed(err error) error {
 		return fmt.Errorf("%w: %s", err, refusedHint)
 	}
 	return err
+}
+
+// announcePort returns a ready func that prints the listener's address
+// and port on log ("tbrdma write-bw: listening on 0.0.0.0 port 40121
+// (TCP)"), for a server started with -p 0. kind names the port space.
+func announcePort(cmd, kind string, log io.Writer) func(net.Addr) {
+	return func(a net.Addr) {
+		if ta, ok := a.(*net.TCPAddr); ok {
+			fmt.Fprintf(log, "tbrdma %s: listening on %v port %d (%s)\n", cmd, ta.AddrPort().Addr().Unmap(), ta.Port, kind)
+		}
+	}
 }

@@ -125,7 +125,8 @@ listens on every up IPv4 address of the Thunderbolt interfaces (with
 address the kernel routes to the peer from.`, k.stock, k.stock, perf.Version),
 		Example: fmt.Sprintf(`  %s -d rxe0 -x 1 -F                     # stock server on 198.18.0.2
   tbrdma %s 198.18.0.2                       # tbrdma client`, k.stock, k.name),
-		Args: maxArgs(1),
+		Args:              maxArgs(1),
+		ValidArgsFunction: completePeers(f),
 		RunE: func(c *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				opts.Peer = args[0]
@@ -141,7 +142,7 @@ address the kernel routes to the peer from.`, k.stock, k.stock, perf.Version),
 		},
 	}
 	fl := cmd.Flags()
-	fl.IntVarP(&opts.Port, "port", "p", 18515, "listen on/connect to `port` (TCP; rdma_cm with -R)")
+	fl.IntVarP(&opts.Port, "port", "p", 18515, "listen on/connect to `port` (TCP; rdma_cm with -R; a server's 0: any free port, printed on stderr)")
 	fl.StringVarP(&opts.Device, "ib-dev", "d", "", "`device`: an IP address is used as --bind; a name is ignored")
 	fl.IntVarP(&opts.IBPort, "ib-port", "i", 1, "use `port` of the device (tbrdma has port 1 only)")
 	fl.IntVarP(&opts.Size, "size", "s", k.defSize, "size of message to exchange")

@@ -125,6 +125,9 @@ func (cm *perftestCM) accept(ctx context.Context) (*rdmacm.ID, error) {
 		if err := l.Listen(1); err != nil {
 			return nil, fmt.Errorf("couldn't listen to rdma_cm port %d on %v: %w", o.Port, d.LocalAddr().Addr(), err)
 		}
+		if o.Port == 0 && o.Listening == nil { // -p 0: say which port (listenOneAllowed)
+			announcePort(o.Kind.name, "rdma_cm", o.IO.ErrOut)(net.TCPAddrFromAddrPort(l.LocalAddr()))
+		}
 	}
 	// The banner says the server is ready: the listeners are up.
 	fmt.Fprint(t.human(), perf.WaitBanner)

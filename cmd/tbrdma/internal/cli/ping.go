@@ -82,6 +82,7 @@ or never answered), 2 for bad usage.`,
 		Example: `  tbrdma ping -c 5 198.18.0.2                 # peer running "rping -s -a 198.18.0.2"
   tbrdma ping --bind 198.18.0.1 -i 0.2 198.18.0.2
   tbrdma ping -q -w 5 -i 0.1 198.18.0.2        # only the summary, after 5 s`,
+		ValidArgsFunction: completePeers(f),
 		RunE: func(c *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return FlagErrorf("ping needs one peer address, got %d arguments", len(args))

@@ -80,7 +80,8 @@ the 40 bytes the device reserves for the GRH.`,
   ibv_rc_pingpong -d rxe0 -g 1 -n 20 -s 64 198.18.0.1      # the stock client
   tbrdma pingpong -g 1 -n 20 -s 64 198.18.0.2             # client of a stock server
   tbrdma pingpong --ud --bind 198.18.0.1 -n 20            # server for ibv_ud_pingpong -g 1 ...`,
-		Args: maxArgs(1),
+		Args:              maxArgs(1),
+		ValidArgsFunction: completePeers(f),
 		RunE: func(c *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				opts.Peer = args[0]
@@ -102,7 +103,7 @@ the 40 bytes the device reserves for the GRH.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.IntVarP(&opts.Port, "port", "p", 18515, "listen on/connect to TCP `port`")
+	fl.IntVarP(&opts.Port, "port", "p", 18515, "listen on/connect to TCP `port` (a server's 0: any free port, printed on stderr)")
 	fl.StringVarP(&opts.Device, "ib-dev", "d", "", "`device`: an IP address is used as --bind; a name is ignored")
 	fl.IntVarP(&opts.IBPort, "ib-port", "i", 1, "use `port` of the device (tbrdma has port 1 only)")
 	fl.IntVarP(&opts.Size, "size", "s", 4096, "size of message to exchange (--ud: 1024, at most the port's active MTU)")

@@ -116,7 +116,7 @@ and exits 0.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` to serve on (default: every IPv4 address of the Thunderbolt interfaces)")
-	fl.IntVarP(&opts.Port, "port", "p", rping.DefaultPort, "rdma_cm `port` to listen on")
+	fl.IntVarP(&opts.Port, "port", "p", rping.DefaultPort, "rdma_cm `port` to listen on (0: any free port, printed on stderr)")
 	fl.BoolVarP(&opts.Verbose, "verbose", "v", false, `print rping's "server ping data" lines`)
 	fl.IntVar(&opts.OOBPort, "oob-port", 18515, "TCP `port` for pingpong and perftest clients (0: host none)")
 	fl.IntVar(&opts.MaxConns, "max-conns", 64, "connections served at once per address; more are rejected")
@@ -170,6 +170,7 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	}
 	var mu sync.Mutex
 	var bound []netip.AddrPort
+	ports := advertisedPorts{cm: map[netip.Addr]uint16{}}
 	var ready, done sync.WaitGroup
 	errs := make([]error, len(devs))
 	oobErrs := make([]error, len(devs))
@@ -184,6 +185,7 @@ func runServe(ctx context.Context, o *serveOptions) error {
 			s.Ready = func(a netip.AddrPort) {
 				mu.Lock()
 				bound = append(bound, a)
+				ports.cm[d.LocalAddr().Addr()] = a.Port()
 				mu.Unlock()
 				fmt.Fprintf(log, "tbrdma serve: listening on %v port %d (rdma_cm, RDMA_PS_TCP)\n", a.Addr(), a.Port())
 				once()
@@ -202,7 +204,8 @@ func runServe(ctx context.Context, o *serveOptions) error {
 			oobErrs[0] = err
 			cancel()
 		} else {
-			fmt.Fprintf(log, "tbrdma serve: listening on %v port %d (TCP, pingpong and perftest clients)\n", a, ln.Addr().(*net.TCPAddr).Port)
+			ports.oob = uint16(ln.Addr().(*net.TCPAddr).Port)
+			fmt.Fprintf(log, "tbrdma serve: listening on %v port %d (TCP, pingpong and perftest clients)\n", a, ports.oob)
 			s := &oobServer{dev: d, log: log, now: o.Now}
 			done.Go(func() {
 				if err := serveOOB(ctx, ln, func(net.Conn) (*oobServer, error) { return s, nil }, log); err != nil {
@@ -226,8 +229,9 @@ func runServe(ctx context.Context, o *serveOptions) error {
 				servers[a] = &oobServer{dev: d, log: log, now: o.Now}
 				names = append(names, a.String())
 			}
+			ports.oob = uint16(ln.Addr().(*net.TCPAddr).Port)
 			fmt.Fprintf(log, "tbrdma serve: listening on %v port %d (TCP, pingpong and perftest clients of %s)\n",
-				netip.IPv4Unspecified(), ln.Addr().(*net.TCPAddr).Port, strings.Join(names, ", "))
+				netip.IPv4Unspecified(), ports.oob, strings.Join(names, ", "))
 			route := func(c net.Conn) (*oobServer, error) { return routeOOB(c, servers, o.AnyInterface) }
 			done.Go(func() {
 				if err := serveOOB(ctx, ln, route, log); err != nil {
@@ -238,7 +242,7 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		}
 	}
 	if !o.NoAdvertise && ctx.Err() == nil {
-		defer o.advertise(ctx, devs, log)()
+		defer o.advertise(ctx, devs, ports, log)()
 	}
 	if o.Ready != nil && len(bound) == len(devs) {
 		o.Ready(bound)

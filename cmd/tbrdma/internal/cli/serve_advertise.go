@@ -108,15 +108,24 @@ func deviceOf(list []*verbs.Device, addr netip.Addr) *verbs.Device {
 	return nil
 }
 
+// advertisedPorts are the ports serve listens on, as bound (with -p 0 the
+// kernel picks one per address).
+type advertisedPorts struct {
+	cm  map[netip.Addr]uint16 // the ping service's rdma_cm port, per device address
+	oob uint16                // the TCP port of the hosted tests; 0: none
+}
+
 // service is what serve publishes for one served device (DESIGN.md,
 // Discovery): its RoCEv2 port, GID, node GUID, active MTU, device name,
-// capabilities, the tbrdma version, the rdma_cm port of the ping service
+// capabilities, the tbrdma version, the TCP port of the hosted pingpong
+// and perftest servers (TXT "oob"), the rdma_cm port of the ping service
 // (TXT "cm") and the largest large-segment size its link carries (TXT
 // "seg": peers that see it may offer tbrdma's large-segment extension,
 // in the perftest exchange or the CM private data).
-func service(s servedDevice, cmPort int) discovery.Service {
+func service(s servedDevice, cmPort, oobPort uint16) discovery.Service {
 	return discovery.Service{
-		CMPort:      uint16(cmPort),
+		CMPort:      cmPort,
+		OOBPort:     oobPort,
 		Port:        s.ctx.LocalAddr().Port(),
 		GID:         netip.AddrFrom16(s.ctx.GID()),
 		GUID:        fmt.Sprintf("%016x", uint64(s.dev.NodeGUID)),
@@ -131,7 +140,7 @@ func service(s servedDevice, cmPort int) discovery.Service {
 // advertise publishes the served devices on mDNS, one advertisement per
 // interface, until ctx ends or the returned function is called; both say
 // goodbye. Advertising is best effort: what fails is a warning on log.
-func (o *serveOptions) advertise(ctx context.Context, devs []*verbs.Context, log io.Writer) (stop func()) {
+func (o *serveOptions) advertise(ctx context.Context, devs []*verbs.Context, ports advertisedPorts, log io.Writer) (stop func()) {
 	warn := func(err error) {
 		hint := "--no-advertise turns this off"
 		if errors.Is(err, discovery.ErrNoInterface) {
@@ -148,7 +157,7 @@ func (o *serveOptions) advertise(ctx context.Context, devs []*verbs.Context, log
 	var wg sync.WaitGroup
 	for i, s := range served {
 		wg.Go(func() {
-			a, err := o.Advertise(ctx, service(s, o.Port), &discovery.Options{Interfaces: []string{s.dev.Netdev}, Logger: o.Logger})
+			a, err := o.Advertise(ctx, service(s, ports.cm[s.ctx.LocalAddr().Addr()], ports.oob), &discovery.Options{Interfaces: []string{s.dev.Netdev}, Logger: o.Logger})
 			switch {
 			case err != nil && ctx.Err() == nil:
 				warn(fmt.Errorf("%s: %w", s.dev.Netdev, err))

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -97,6 +98,11 @@ func TestServeAdvertises(t *testing.T) {
 	if s.Port != 4791 || !s.GID.Is4In6() || s.GUID != "026604fffe123456" || s.MTU != 1024 || s.Device != "tb_fake0" ||
 		!slices.Equal(s.Caps, serveCaps) || s.Version == "" || s.Name != "" {
 		t.Errorf("service %+v", s)
+	}
+	// -p 0: the rdma_cm port the kernel picked is advertised (TXT "cm"),
+	// and the TCP port of the hosted tests (TXT "oob").
+	if s.CMPort == 0 || !strings.Contains(errOut, fmt.Sprintf(" port %d (rdma_cm, RDMA_PS_TCP)", s.CMPort)) || s.OOBPort != 18515 {
+		t.Errorf("advertised cm port %d, oob port %d; want the listening ports (oob 18515):\n%s", s.CMPort, s.OOBPort, errOut)
 	}
 	if !slices.Equal(fa.opts.Interfaces, []string{"fake0"}) {
 		t.Errorf("interfaces %q, want fake0", fa.opts.Interfaces)

@@ -70,7 +70,8 @@ there, refused, a datagram missing), 2 for bad usage.`,
 		Example: `  tbrdma udaddy -b 198.18.0.1                 # server, for "udaddy -s 198.18.0.1"
   tbrdma udaddy -b 198.18.0.1 -s 198.18.0.2   # client of "udaddy -b 198.18.0.2"
   tbrdma udaddy -C 100 -S 1000 198.18.0.2`,
-		Args: maxArgs(1),
+		Args:              maxArgs(1),
+		ValidArgsFunction: completePeers(f),
 		RunE: func(c *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				if opts.Server != "" && opts.Server != args[0] {
@@ -91,6 +92,7 @@ there, refused, a datagram missing), 2 for bad usage.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&opts.Server, "server", "s", "", "connect to the udaddy server at `address` (as the argument)")
+	_ = cmd.RegisterFlagCompletionFunc("server", completePeerFlag(f))
 	fl.StringVarP(&opts.Bind, "bind", "b", "", "local IP `address` (the server's listening address; default for a client: the kernel's source address for the server)")
 	fl.IntVarP(&opts.Count, "count", "C", udaddyDefaultCount, "number of datagrams each way (0: connect only)")
 	fl.IntVarP(&opts.Size, "size", "S", udaddyDefaultSize, "datagram size in bytes, at most the port's active MTU (0: connect only)")
