@@ -36,7 +36,10 @@
 #                 old and new ratios come from the same run (keys old_*)
 #   FI_TCP_ITERS  -I of fi_pingpong tcp msg 1 MiB  (default 300, as the anchors)
 #   FI_RXD_ITERS  -I of fi_pingpong udp rdm 64 B   (default 2000, as the anchors)
-#   SKIP          any of: iperf sockperf libfabric tbrdma cabi engines
+#   SKIP          any of: iperf sockperf libfabric tbrdma cabi engines stream
+#   STREAM_BYTES  bytes of each stream/TCP io.Copy   (default 1 GiB)
+#   BENCH_NS_A/_B, BENCH_VETH_A/_B  other namespace and temporary veth names
+#                 (default tbbench-a/-b, tbbnchA/B), for two runs side by side
 #   SUMMARY_ONLY=1 with BENCH_LOGDIR=<a previous run's log dir>: only print
 #                 the table and write the JSON again
 #
@@ -57,9 +60,9 @@ CPU_SRV=${CPU_SRV:-1}
 QUIET_WAIT=${QUIET_WAIT:-60}
 QUIET_MAX=${QUIET_MAX:-15}
 SKIP=${SKIP:-}
-NS_A=tbbench-a; NS_B=tbbench-b; DEV=thunderbolt0; MTU=65520
+NS_A=${BENCH_NS_A:-tbbench-a}; NS_B=${BENCH_NS_B:-tbbench-b}; DEV=thunderbolt0; MTU=65520
 IP_A=198.18.2.1; IP_B=198.18.2.2
-VETH_A=tbbnchA; VETH_B=tbbnchB          # temporary names in the root namespace
+VETH_A=${BENCH_VETH_A:-tbbnchA}; VETH_B=${BENCH_VETH_B:-tbbnchB}   # temporary names in the root namespace
 PY=/usr/bin/python3
 FI_TCP_ITERS=${FI_TCP_ITERS:-300}
 FI_RXD_ITERS=${FI_RXD_ITERS:-2000}
@@ -337,6 +340,31 @@ tb_lat() {  # tb_lat KEY CMD [flags...] : t_typical (median) and p99 in us
   log "$k rep $REP: t_typical $5 us (min $3, avg $6, p99 ${8:-?})"
 }
 
+# ------------------------------------------------------------------ package stream
+# scopy KEY rdma|tcp [flags...] : bench/streamcopy, server in NS_B, sender in
+# NS_A; io.Copy of STREAM_BYTES, half-close, until the server's end; B/s
+scopy() {
+  local k=$1 net=$2; shift 2
+  local k2="$k.r$REP" rc row i
+  srv "$k2" 90 "$SCOPY" serve -net "$net" -addr $IP_B:7471 "$@"
+  for ((i = 0; i < 100; i++)); do   # "listening" (rdma_cm listens on no socket ss sees)
+    grep -q listening "$LOGDIR/$k2.srv.out" 2>/dev/null && break
+    kill -0 "$SRV" 2>/dev/null || break
+    sleep 0.05
+  done
+  cli "$k2" 90 "$SCOPY" send -net "$net" -addr $IP_B:7471 -local $IP_A -bytes "$STREAM_BYTES" "$@"
+  rc=$?
+  srv_done "$SRV" 5
+  row=$(tail -1 "$LOGDIR/$k2.cli.out")
+  set -- $row   # bytes seconds MB/s
+  if [ $rc -ne 0 ] || ! isnum "${3:-}"; then
+    fail "$k" "rep $REP: rc=$rc $(tail -c 300 "$LOGDIR/$k2.cli.err" | tr '\n' ' ')"
+    return
+  fi
+  rec "$k.bw" B/s "$(awk -v m="$3" 'BEGIN{printf "%.0f", m * 1e6}')"
+  log "$k rep $REP: $3 MB/s ($1 B in $2 s)"
+}
+
 # ------------------------------------------------------------------ the C library
 # lib KEY PROG ARGS... : the stock perftest PROG over tbrdma's C library
 # (LD_LIBRARY_PATH, as tbrdma exec runs it) in both namespaces, with the
@@ -457,6 +485,12 @@ else
     || { log "go build failed:"; cat "$LOGDIR/build.log" >&2; exit 1; }
 fi
 TB_VERSION=$("$BIN" version 2>/dev/null | head -1)
+# bench/streamcopy: io.Copy over a stream.Conn or a TCP connection
+SCOPY=$TMPD/streamcopy
+STREAM_BYTES=${STREAM_BYTES:-1073741824}
+if ! skip stream && ! (cd "$ROOT" && timeout 300 go build -o "$SCOPY" ./bench/streamcopy) >>"$LOGDIR/build.log" 2>&1; then
+  log "bench/streamcopy did not build: stream not measured"; SKIP="$SKIP stream"
+fi
 LIBDIR=
 if ! skip cabi || ! skip engines; then
   # The C library (cabi/build.sh) and the stock perftest over it: needs gcc,
@@ -501,6 +535,7 @@ old() { [ -n "$OLD_BIN" ] && "$@"; return 0; }   # only with TBRDMA_OLD_BIN
 run_kernel() { local s=$1; shift; skip "$s" || measure "$@"; }
 run_lib() { skip cabi || measure "$@"; }
 run_eng() { skip engines || measure "$@"; }
+run_stream() { skip stream || measure "$@"; }
 for ((REP = 1; REP <= REPS; REP++)); do
   wait_quiet
   log "--- repetition $REP of $REPS"
@@ -520,6 +555,9 @@ for ((REP = 1; REP <= REPS; REP++)); do
   run_tb tb_bw write_bw_1MiB_large 1048576 "$((WB1M_N * 3))" --large-segments
   run_kernel libfabric fi_pp libfabric_tcp_msg_1MiB bw tcp msg 1048576 "$FI_TCP_ITERS"
   old run_tb tb_bw old_write_bw_1MiB 1048576 "$WB1M_N"
+  run_stream scopy stream_copy rdma
+  run_stream scopy tcp_copy tcp
+  run_stream scopy stream_copy_large rdma -segments
   run_kernel iperf iperf udp 4096
   run_kernel iperf iperf tcp
   run_kernel sockperf sockperf_pp block
@@ -637,7 +675,11 @@ R = [
      'sockperf_udp64_poll.rtt_p50', '<=', 1.5,
      'tbrdma polls the CQ and its receive loop polls the socket (2 ms window); sockperf busy-polls both ends'),
     ('write-lat 64 B t_typical / libfabric udp;ofi_rxd 64 B one-way', 'write_lat_64B.t_typical', firxd, '<=', 0.5, firxd_note),
+    ('io.Copy over a stream.Conn / over a TCP connection', 'stream_copy.bw', 'tcp_copy.bw', '>=', 1.5,
+     'bench/streamcopy, STREAM_BYTES (1 GiB) one way, half-closed, until the receiver is done; 16 x 256 KiB rings, SHA-256 both ends'),
     # extras, no target
+    ('io.Copy over a stream.Conn, large segments / over TCP', 'stream_copy_large.bw', 'tcp_copy.bw', None, None,
+     'both ends agree on 61440-byte packets (Dialer/ListenConfig.SegmentSize)'),
     ('write-bw 1 MiB / iperf3 UDP 4096 B received', 'write_bw_1MiB.bw', 'iperf3_udp4096.recv', None, None,
      'tbrdma sends 4096-byte payloads too, but in GSO batches'),
     ('write-bw 64 KiB / iperf3 UDP 4096 B received', 'write_bw_64KiB.bw', 'iperf3_udp4096.recv', None, None, ''),
