@@ -54,19 +54,17 @@ var depRules = []depRule{
 		module + "/cmd/...",
 		"github.com/spf13/cobra/...", "lipgloss",
 	}},
-<<<<<<< ours
 	// The test loops and exchanges under the CLI know nothing of its
 	// commands, flags or terminal.
 	{dir: "cmd/tbrdma/internal/perf", forbidden: []string{
 		module + "/cmd/tbrdma/internal/cli", module + "/cmd/tbrdma/internal/ui",
 		"github.com/spf13/cobra/...", "lipgloss",
-=======
+	}},
 	// stream is a library for programs of their own: verbs and rdmacm,
 	// nothing of the CLI or of discovery.
 	{dir: "stream", forbidden: []string{
 		module + "/cmd/...", module + "/discovery/...",
 		"github.com/spf13/cobra/...", "lipgloss", "mdns",
->>>>>>> theirs
 	}},
 }
 
