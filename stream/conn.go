@@ -241,7 +241,7 @@ func (c *Conn) engine() {
 		c.kick = cancel
 		disc := c.discRaw
 		c.mu.Unlock()
-		n, err := waitCQ(ctx, c.cq, c.ch, wcs)
+		n, err := c.cq.Wait(ctx, wcs)
 		cancel()
 		c.mu.Lock()
 		c.kick = nil
