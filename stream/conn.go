@@ -2,10 +2,9 @@ package stream
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"hash"
+	"hash/crc32"
 	"io"
 	"net"
 	"os"
@@ -67,7 +66,7 @@ type Conn struct {
 	rOff      int    // bytes consumed of chunk rRead
 	rCredited uint64 // rRead last sent in a credit
 	rBytes    uint64
-	rHash     hash.Hash
+	rSum      uint32 // CRC-32C of what this end read so far
 	rFin      *msg
 	rDone     bool  // the FIN was checked: EOF, or rErr
 	rErr      error // the stream's end did not check out
@@ -78,7 +77,7 @@ type Conn struct {
 	sCredit  uint64 // chunks the peer consumed
 	sPending []bool // per local slot: its WRITE not completed
 	sBytes   uint64
-	sHash    hash.Hash
+	sSum     uint32 // CRC-32C of what this end sent so far
 	finSent  bool
 	ack      *msg
 	wdl      time.Time
@@ -111,7 +110,7 @@ func newConn(id *rdmacm.ID, ech *rdmacm.EventChannel, slots, slotSize int) (c *C
 	vctx := id.VerbsContext()
 	c = &Conn{id: id, ech: ech, nRecv: slots + MaxSlots + ctrlSends + 4, bc: make(chan struct{}),
 		disc: make(chan struct{}), evDone: make(chan struct{}), engineDone: make(chan struct{}),
-		rLen: make([]int, slots), rHash: sha256.New(), sHash: sha256.New()}
+		rLen: make([]int, slots)}
 	defer func() {
 		if err != nil {
 			c.freeVerbs()
@@ -534,12 +533,12 @@ func (c *Conn) checkFin() error {
 	}
 	c.rDone = true
 	f := c.rFin
-	sum := [sha256.Size]byte(c.rHash.Sum(nil))
+	sum := c.rSum
 	ack := msg{typ: msgAck, count: c.rRead, bytes: c.rBytes, sum: sum}
 	if f.count != c.rRead || f.bytes != c.rBytes || f.sum != sum {
 		ack.status = ackMismatch
-		c.rErr = fmt.Errorf("stream: integrity check failed: received %d bytes in %d chunks (SHA-256 %x…), the peer sent %d bytes in %d chunks (SHA-256 %x…): do not trust what was read; have it sent again",
-			c.rBytes, c.rRead, sum[:8], f.bytes, f.count, f.sum[:8])
+		c.rErr = fmt.Errorf("stream: integrity check failed: received %d bytes in %d chunks (CRC-32C %08x), the peer sent %d bytes in %d chunks (CRC-32C %08x): do not trust what was read; have it sent again",
+			c.rBytes, c.rRead, sum, f.bytes, f.count, f.sum)
 	}
 	if c.usable() && c.ctrlOut < ctrlSends {
 		c.sendMsg(&ack, wridAck) // best effort: the peer may be gone
@@ -563,7 +562,7 @@ func (c *Conn) consume(b []byte) {
 }
 
 // Read reads data sent by the peer. After the peer's CloseWrite or Close
-// it returns io.EOF once all data is read and its length and SHA-256
+// it returns io.EOF once all data is read and its length and CRC-32C
 // match the peer's FIN; a mismatch is an error. A passed read deadline
 // makes it fail with an error matching os.ErrDeadlineExceeded, Close
 // with one matching net.ErrClosed.
@@ -585,7 +584,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 	// The slot is ours until credited: copy it without the lock.
 	c.mu.Unlock()
 	n := copy(p, b)
-	c.rHash.Write(b[:n])
+	c.rSum = crc32.Update(c.rSum, castagnoli, b[:n])
 	c.mu.Lock()
 	c.consume(b[:n])
 	return n, nil
@@ -610,7 +609,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 		// The slot is ours until credited: write it without the lock.
 		c.mu.Unlock()
 		n, werr := w.Write(b)
-		c.rHash.Write(b[:max(n, 0)])
+		c.rSum = crc32.Update(c.rSum, castagnoli, b[:max(n, 0)])
 		c.mu.Lock()
 		total += int64(n)
 		if n > 0 {
@@ -678,13 +677,13 @@ func (c *Conn) post(n int) error {
 	return nil
 }
 
-// hashSent adds b, a slot just posted, to the direction's SHA-256
+// hashSent adds b, a slot just posted, to the direction's CRC-32C
 // without c.mu, while the transport sends it: the slot does not change
 // until its WRITE has completed and the peer has credited it, and only
 // the wmu holder fills slots. c.mu is held on entry and return.
 func (c *Conn) hashSent(b []byte) {
 	c.mu.Unlock()
-	c.sHash.Write(b)
+	c.sSum = crc32.Update(c.sSum, castagnoli, b)
 	c.mu.Lock()
 }
 
@@ -758,7 +757,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 }
 
 // CloseWrite ends this direction of the stream: it sends the FIN with
-// the byte count and SHA-256 of everything written, after which the
+// the byte count and CRC-32C of everything written, after which the
 // peer's Read returns io.EOF (or an error if they do not match what it
 // received). Reading goes on.
 func (c *Conn) CloseWrite() error {
@@ -792,7 +791,7 @@ func (c *Conn) sendFin() error {
 	if !c.usable() {
 		return fmt.Errorf("stream: %w", ErrPeerClosed)
 	}
-	m := msg{typ: msgFin, count: c.sSeq, bytes: c.sBytes, sum: [sha256.Size]byte(c.sHash.Sum(nil))}
+	m := msg{typ: msgFin, count: c.sSeq, bytes: c.sBytes, sum: c.sSum}
 	if c.finHook != nil {
 		c.finHook(&m)
 	}

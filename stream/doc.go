@@ -8,15 +8,21 @@
 // registered receive ring; Conn's ReadFrom reads into the registered send
 // slot and its WriteTo writes from the receive ring, so io.Copy to or
 // from a Conn makes no copy of its own. Each end's FIN carries the byte
-// count and SHA-256 of its direction, and Read returns io.EOF only when
+// count and CRC-32C of its direction, and Read returns io.EOF only when
 // they match what arrived. An idle connection probes its peer with a
 // zero-length RDMA WRITE every second, so a peer that dies or a link that
 // goes down makes blocked Reads and Writes fail (after the transport's
 // retries, tens of seconds) instead of hanging.
 //
 // SegmentSize on both ends turns on tbrdma's large-segment extension
-// (packets of up to 60 KiB, for loopback and Thunderbolt links). The
-// SHA-256 of each direction is the larger part of the CPU a stream uses.
+// (packets of up to 60 KiB, for loopback and Thunderbolt links).
+//
+// The end-to-end check is a CRC-32C, which the CPU computes at many GB/s:
+// it catches a lost, repeated or misplaced chunk, which is what it is for
+// (each packet's ICRC already covers the wire). It is not a MAC: a
+// pre-shared key (Dialer.PSK) authenticates the connection's setup, and an
+// application that needs a cryptographic digest of what it moved, as
+// tbrdma cat prints, computes one itself.
 //
 // Without a Device, a Dialer or ListenConfig opens a verbs context on the
 // local address (UDP port 4791 of that address, which rdma_rxe must not
@@ -42,9 +48,9 @@
 //     a SEND of a credit holding the number of chunks consumed so far; a
 //     writer has at most slots chunks unconsumed.
 //  4. CloseWrite (and Close, unless CloseWrite came first) SENDs a FIN:
-//     byte count, chunk count and SHA-256 of that direction. The reader,
+//     byte count, chunk count and CRC-32C of that direction. The reader,
 //     having consumed every chunk, compares and SENDs an ACK: status (0
-//     match, 1 mismatch), its counts and SHA-256. A match is io.EOF to
+//     match, 1 mismatch), its counts and CRC-32C. A match is io.EOF to
 //     the reader, a mismatch an error.
 //  5. Close waits for its writes and FIN to be acknowledged by the
 //     peer's RC transport, then disconnects (DREQ). A connection that
@@ -53,9 +59,9 @@
 //     WRITE (no memory touched, no receive consumed): a dead peer fails
 //     it with RETRY_EXC_ERR, which fails the connection.
 //
-// Control messages are inline SENDs of 56 bytes: type (u32: 1 credit, 2
-// FIN, 3 ACK), status (u32), chunks (u64), bytes (u64), SHA-256 (32
-// bytes), big-endian. A stream peer is tbrdma, so each end widens its
+// Control messages are inline SENDs of 28 bytes: type (u32: 1 credit, 2
+// FIN, 3 ACK), status (u32), chunks (u64), bytes (u64), CRC-32C (u32),
+// big-endian. A stream peer is tbrdma, so each end widens its
 // QP's send window (verbs.QP.SetSendWindow) to 512 packets.
 // docs/wire-format.md has the same description.
 package stream

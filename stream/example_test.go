@@ -46,7 +46,7 @@ func ExampleListen() {
 	fmt.Println(c.RemoteAddr().Network(), c.RemoteAddr())
 	io.WriteString(c, "hello over rdma")
 	c.CloseWrite()
-	answer, err := io.ReadAll(c) // io.EOF once the server closed: length and SHA-256 checked
+	answer, err := io.ReadAll(c) // io.EOF once the server closed: length and CRC-32C checked
 	fmt.Printf("%s %v\n", answer, err)
 	// Output:
 	// rdma 127.0.119.1:7400

@@ -1,10 +1,10 @@
 package stream
 
-// CorruptFin makes c's FIN announce a different SHA-256 (or, with
+// CorruptFin makes c's FIN announce a different CRC-32C (or, with
 // lengthToo, one byte more) than what c wrote.
 func CorruptFin(c *Conn, lengthToo bool) {
 	c.finHook = func(m *msg) {
-		m.sum[0] ^= 1
+		m.sum ^= 1
 		if lengthToo {
 			m.bytes++
 		}
