@@ -676,7 +676,7 @@ R = [
      'tbrdma polls the CQ and its receive loop polls the socket (2 ms window); sockperf busy-polls both ends'),
     ('write-lat 64 B t_typical / libfabric udp;ofi_rxd 64 B one-way', 'write_lat_64B.t_typical', firxd, '<=', 0.5, firxd_note),
     ('io.Copy over a stream.Conn / over a TCP connection', 'stream_copy.bw', 'tcp_copy.bw', '>=', 1.5,
-     'bench/streamcopy, STREAM_BYTES (1 GiB) one way, half-closed, until the receiver is done; 16 x 256 KiB rings, SHA-256 both ends'),
+     'bench/streamcopy, STREAM_BYTES (1 GiB) one way, half-closed, until the receiver is done; 16 x 256 KiB rings, CRC-32C both ends'),
     # extras, no target
     ('io.Copy over a stream.Conn, large segments / over TCP', 'stream_copy_large.bw', 'tcp_copy.bw', None, None,
      'both ends agree on 61440-byte packets (Dialer/ListenConfig.SegmentSize)'),
