@@ -296,7 +296,7 @@ func TestDialNoListener(t *testing.T) {
 	}
 }
 
-// TestFinMismatch: a FIN whose SHA-256 or length differs from what
+// TestFinMismatch: a FIN whose CRC-32C or length differs from what
 // arrived is an error to the reader, not io.EOF.
 func TestFinMismatch(t *testing.T) {
 	for _, lengthToo := range []bool{false, true} {
