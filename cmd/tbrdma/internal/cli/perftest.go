@@ -290,7 +290,8 @@ func (o *perftestOptions) sizes() []int {
 type perftest struct {
 	o          *perftestOptions
 	dev        *verbs.Context
-	mr         *verbs.MR
+	mr         *verbs.MR // the whole buffer, LOCAL_WRITE only: this side's own requests and receives
+	rmr        *verbs.MR // the advertised region alone, with the right the test grants the peer (peerAccess); nil: none
 	buf        []byte
 	half       int // offset of the buffer's second half (where write-lat's peer writes)
 	qp         *verbs.QP
@@ -700,9 +701,18 @@ func (t *perftest) setup(dev *verbs.Context) error {
 			fill[i] = byte(i%251 + 1)
 		}
 	}
-	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-	if t.mr, err = pd.RegMR(t.buf, access); err != nil {
+	t.pd = pd
+	if t.mr, err = pd.RegMR(t.buf, verbs.AccessLocalWrite); err != nil {
 		return fmt.Errorf("couldn't allocate MR: %w", err)
+	}
+	if acc := t.peerAccess(); acc != 0 {
+		if acc&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 {
+			acc |= verbs.AccessLocalWrite // as ibverbs requires
+		}
+		off := t.peerOffset()
+		if t.rmr, err = pd.RegMR(t.buf[off:off+t.half], acc); err != nil {
+			return fmt.Errorf("couldn't allocate MR: %w", err)
+		}
 	}
 	ch, err := dev.CreateCompChannel()
 	if err != nil {
@@ -744,8 +754,42 @@ func (t *perftest) setup(dev *verbs.Context) error {
 			return err
 		}
 	}
-	t.pd = pd
 	return nil
+}
+
+// peerAccess is the right this side grants its peer, as perftest grants
+// it: the test's one verb (REMOTE_WRITE, REMOTE_READ or REMOTE_ATOMIC), on
+// the side the peer's requests reach: the server of write-bw, read-bw,
+// read-lat and atomic-lat, both sides of write-lat. The SEND tests, and
+// the other clients, grant nothing. The QP's access flags and the MR over
+// the advertised region (rmr) carry it.
+func (t *perftest) peerAccess() verbs.AccessFlags {
+	k := t.o.Kind
+	writeLat := k.verb == perf.VerbWrite && !k.bw
+	if t.o.Peer != "" && !writeLat {
+		return 0
+	}
+	switch k.verb {
+	case perf.VerbWrite:
+		return verbs.AccessRemoteWrite
+	case perf.VerbRead:
+		return verbs.AccessRemoteRead
+	case perf.VerbAtomic:
+		return verbs.AccessRemoteAtomic
+	}
+	return 0
+}
+
+// peerOffset is where in the buffer the advertised region starts: the
+// second half for write-lat (as perftest: the peer writes there, we poll
+// it), else the first. The region is half bytes long: the largest message
+// (-s, or -a's 8 MiB), at least a page, as stock perftest's bandwidth
+// clients walk a page-sized cycle buffer with small messages.
+func (t *perftest) peerOffset() int {
+	if k := t.o.Kind; k.verb == perf.VerbWrite && !k.bw {
+		return t.half
+	}
+	return 0
 }
 
 // receivesData reports whether this end is the one the test's payload
@@ -769,7 +813,7 @@ func (t *perftest) createQP() error {
 		return fmt.Errorf("couldn't create QP: %w", err)
 	}
 	if err := t.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1,
-		AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
+		AccessFlags: t.peerAccess()},
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 		return fmt.Errorf("failed to modify QP to INIT: %w", err)
 	}
@@ -785,12 +829,15 @@ func (t *perftest) setMy(psn uint32) {
 	if o.Kind.verb == perf.VerbRead || o.Kind.verb == perf.VerbAtomic {
 		outs = o.OutReads
 	}
-	vaddr := t.mr.Addr()
-	if o.Kind.verb == perf.VerbWrite && !o.Kind.bw {
-		vaddr += uint64(t.half) // as perftest: the peer writes into our second half
+	// The advertised region; a side that grants nothing still sends an
+	// address and its buffer's key, as perftest does (the key allows no
+	// remote request).
+	vaddr, rkey := t.mr.Addr()+uint64(t.peerOffset()), t.mr.RKey()
+	if t.rmr != nil {
+		vaddr, rkey = t.rmr.Addr(), t.rmr.RKey()
 	}
 	t.my = perf.Dest{OutReads: uint16(outs), QPN: uint32(t.qp.QPN()), PSN: psn,
-		RKey: uint32(t.mr.RKey()), VAddr: vaddr, GID: t.dev.GID(), GIDIndex: uint32(max(o.GIDIdx, 0))}
+		RKey: uint32(rkey), VAddr: vaddr, GID: t.dev.GID(), GIDIndex: uint32(max(o.GIDIdx, 0))}
 }
 
 // connect moves the QP to RTR and RTS with perftest's attributes.
@@ -831,8 +878,10 @@ func (t *perftest) close() {
 		if t.qp != nil {
 			t.qp.Close()
 		}
-		if t.mr != nil {
-			t.mr.Deregister()
+		for _, mr := range []*verbs.MR{t.rmr, t.mr} {
+			if mr != nil {
+				mr.Deregister()
+			}
 		}
 		if t.w.CQ != nil {
 			t.w.CQ.Close() // after the QP that uses it
