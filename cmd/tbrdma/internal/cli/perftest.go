@@ -728,7 +728,13 @@ func (t *perftest) setup(dev *verbs.Context) error {
 	case o.Events: // -e: sleep on the completion channel, never spin
 		t.w.Spin = 0
 		kernelWait = true
-	case t.shared: // serve's device: its other users keep their own poll mode
+	case t.shared && !o.Kind.bw:
+		// serve's device, whose receive loop busy-polls after each
+		// packet (runServe): a latency session spins on its CQ as a
+		// dedicated server does and holds the loop polling meanwhile.
+		t.w.Spin = perf.BusySpin
+		t.w.Ctx = dev
+	case t.shared: // serve's bandwidth sessions: the device's own wait
 	case !o.Kind.bw: // latency tests: busy-poll the CQ and the socket, as perftest polls
 		t.w.Spin = perf.BusySpin
 		t.w.Ctx = dev

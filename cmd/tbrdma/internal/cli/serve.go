@@ -14,9 +14,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/perf"
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/rping"
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
 	"github.com/tbrdma/tbrdma/discovery"
+	"github.com/tbrdma/tbrdma/internal/hooks"
 	"github.com/tbrdma/tbrdma/verbs"
 )
 
@@ -145,6 +147,13 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	defer closeDevices(devs)
 	if err != nil {
 		return err
+	}
+	for _, d := range devs {
+		// A served device's receive loop polls its socket for a moment
+		// after each packet, as a dedicated latency server's does, so
+		// that the sessions that spin on their CQs (the latency tests)
+		// are answered as fast; an idle serve polls nothing.
+		hooks.Of(d).SetBusyPoll(perf.BusyPollWindow)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
