@@ -1,8 +1,11 @@
 #!/bin/bash
 # The interop suite: tbrdma (in a host network namespace, 198.18.0.1) against
 # the stock Linux SoftRoCE driver rdma_rxe and the stock tools (ibv_*_pingpong,
-# perftest, rping, ...) in a Debian 12 qemu guest (198.18.0.2), each pairing
-# in both roles. The pairings are the lines of interop/matrix.txt.
+# perftest, rping, ...) in a Debian qemu guest (198.18.0.2), each pairing in
+# both roles. The pairings are the lines of interop/matrix.txt. The guest is
+# Debian 12 (bookworm) by default, Debian 13 (trixie) with -s trixie; each
+# suite has its own image, namespace, addresses (198.18.13.0/24 for trixie)
+# and results directory (interop/vm/config.sh).
 #
 # One command does everything: installs missing host packages (apt), builds
 # the guest image unless the cached one is current (interop/vm/build-image.sh),
@@ -12,9 +15,12 @@
 # a pass/fail table with each tool's verdict and the data checks. Exits 0
 # only if every pairing passed.
 #
-# Usage (as root):  interop/run.sh [-o DIR] [-f MATRIX] [-p] [-k] [-l] [PATTERN...]
+# Usage (as root):  interop/run.sh [-s SUITE] [-o DIR] [-f MATRIX] [-p] [-k] [-l] [PATTERN...]
 #   PATTERN  pairing names or shell patterns (default: all); -l lists them
-#   -o DIR   results directory (default /var/tmp/tbrdma-interop/<date-time>)
+#   -s SUITE the guest's Debian release: bookworm (default) or trixie; the
+#            same as TBVM_SUITE=SUITE
+#   -o DIR   results directory (default /var/tmp/tbrdma-interop/<date-time>,
+#            for trixie /var/tmp/tbrdma-interop-trixie/<date-time>)
 #   -f FILE  another matrix file (default interop/matrix.txt)
 #   -p       prune: delete the captures of pairings that passed (CI)
 #   -k       keep the network namespace afterwards
@@ -24,26 +30,56 @@
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
-. "$HERE/vm/lib.sh"
 
 OUT= PRUNE=0 KEEP_NET=0 LIST=0 MATRIX=$HERE/matrix.txt
 PAIR_TIMEOUT=${PAIR_TIMEOUT:-180}
-while getopts o:f:pkl opt; do
+while getopts s:o:f:pkl opt; do
     case $opt in
-    o) OUT=$OPTARG ;; f) MATRIX=$OPTARG ;; p) PRUNE=1 ;; k) KEEP_NET=1 ;; l) LIST=1 ;;
-    *) echo "usage: $0 [-o DIR] [-f MATRIX] [-p] [-k] [-l] [PATTERN...]" >&2; exit 2 ;;
+    s) TBVM_SUITE=$OPTARG ;; o) OUT=$OPTARG ;; f) MATRIX=$OPTARG ;; p) PRUNE=1 ;; k) KEEP_NET=1 ;; l) LIST=1 ;;
+    *) echo "usage: $0 [-s bookworm|trixie] [-o DIR] [-f MATRIX] [-p] [-k] [-l] [PATTERN...]" >&2; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
+# The suite picks the defaults of every TBVM_* setting (config.sh); the
+# scripts run below (host-deps.sh, build-image.sh) get the same values.
+export TBVM_SUITE
+. "$HERE/vm/lib.sh"
+export TBVM_CACHE TBVM_MIRROR TBVM_PACKAGES TBVM_VERSION_PACKAGES TBVM_HOST_IP TBVM_GUEST_IP
 
 # ------------------------------------------------------------------ matrix
 [ -r "$MATRIX" ] || tbvm_die "cannot read the matrix file $MATRIX"
 NAMES=() SERVER=() READY=() GCMD=() TARGS=()
+SKIPPED=() SKIPWHY=()   # selected pairings a "skip" line takes out on this suite
 trim() { local s=$1; s=${s#"${s%%[![:space:]]*}"}; s=${s%"${s##*[![:space:]]}"}; printf '%s' "$s"; }
+# "skip SUITE | PATTERN | REASON" lines (see matrix.txt): read first, as
+# they may stand anywhere. Only those for this run's suite count.
+SKIP_PAT=() SKIP_REASON=() SKIP_LINE=() SKIP_USED=()
 lineno=0
 while IFS= read -r line || [ -n "$line" ]; do
     lineno=$((lineno + 1))
-    case $(trim "$line") in '' | '#'*) continue ;; esac
+    [[ $(trim "$line") =~ ^skip[[:space:]] ]] || continue
+    IFS='|' read -r f1 f2 f3 extra <<<"$line"
+    suite=$(trim "${f1#*skip}") pat=$(trim "${f2:-}") reason=$(trim "${f3:-}")
+    [ -z "${extra:-}" ] && [ -n "$pat" ] && [ -n "$reason" ] ||
+        tbvm_die "$MATRIX line $lineno: a skip line is: skip SUITE | NAME-PATTERN | the reason it cannot run there (all three needed)"
+    [[ $suite == bookworm || $suite == trixie ]] || tbvm_die "$MATRIX line $lineno: skip names suite '$suite'; the suites are bookworm and trixie"
+    [ "$suite" = "$TBVM_SUITE" ] || continue
+    SKIP_PAT+=("$pat") SKIP_REASON+=("$reason") SKIP_LINE+=("$lineno") SKIP_USED+=(0)
+done <"$MATRIX"
+# skip_reason NAME: sets WHY to the reason of the first skip line whose
+# pattern matches NAME ("" when none does).
+skip_reason() {
+    local k
+    WHY=
+    for k in "${!SKIP_PAT[@]}"; do
+        # shellcheck disable=SC2053
+        if [[ $1 == ${SKIP_PAT[$k]} ]]; then SKIP_USED[$k]=1 WHY=${SKIP_REASON[$k]}; return; fi
+    done
+}
+lineno=0
+while IFS= read -r line || [ -n "$line" ]; do
+    lineno=$((lineno + 1))
+    case $(trim "$line") in '' | '#'* | 'skip '* | "skip	"*) continue ;; esac
     IFS='|' read -r f1 f2 f3 f4 f5 extra <<<"$line"
     name=$(trim "$f1") server=$(trim "$f2") ready=$(trim "$f3") gcmd=$(trim "$f4") targs=$(trim "${f5:-}")
     [ -z "${extra:-}" ] && [ -n "$targs" ] || tbvm_die "$MATRIX line $lineno: want 5 fields separated by |: name | server | ready | guest command | tbrdma arguments"
@@ -57,19 +93,29 @@ while IFS= read -r line || [ -n "$line" ]; do
         # shellcheck disable=SC2053
         [[ $name == $pat ]] && sel=1
     done
+    skip_reason "$name"
+    why=$WHY
     if [ $LIST = 1 ]; then
-        printf '%-32s %-7s %s\n' "$name" "$server" "${gcmd%% *}"
+        printf '%-32s %-7s %s%s\n' "$name" "$server" "${gcmd%% *}" "${why:+   (skipped on $TBVM_SUITE: $why)}"
         continue
     fi
     [ $sel = 1 ] || continue
+    if [ -n "$why" ]; then
+        SKIPPED+=("$name") SKIPWHY+=("$why")
+        continue
+    fi
     NAMES+=("$name") SERVER+=("$server") READY+=("$ready") GCMD+=("$gcmd") TARGS+=("$targs")
 done <"$MATRIX"
+for k in "${!SKIP_PAT[@]}"; do
+    [ "${SKIP_USED[$k]}" = 1 ] || tbvm_die "$MATRIX line ${SKIP_LINE[$k]}: the skip pattern '${SKIP_PAT[$k]}' matches no pairing: fix it or delete the line"
+done
 [ $LIST = 1 ] && exit 0
-[ ${#NAMES[@]} -gt 0 ] || tbvm_die "no pairing in $MATRIX matches: $* (interop/run.sh -l lists them)"
+[ ${#NAMES[@]} -gt 0 ] || [ ${#SKIPPED[@]} -gt 0 ] || tbvm_die "no pairing in $MATRIX matches: $* (interop/run.sh -l lists them)"
+[ ${#NAMES[@]} -gt 0 ] || tbvm_die "every selected pairing is skipped on $TBVM_SUITE (${SKIPPED[*]}): nothing to run (interop/run.sh -s $TBVM_SUITE -l shows why)"
 
 tbvm_need_root "interop/run.sh"
 T_START=$SECONDS
-OUT=${OUT:-/var/tmp/tbrdma-interop/$(date +%Y%m%d-%H%M%S)}
+OUT=${OUT:-$TBVM_OUT_BASE/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT" || tbvm_die "cannot create the results directory $OUT"
 OUT=$(cd "$OUT" && pwd)
 RUN=$OUT/guest   # the guest's /job
@@ -120,16 +166,29 @@ tbvm_net_up
 
 # ------------------------------------------------------------ guest's job
 {
-    cat <<'EOF'
+    cat <<EOF
 . /job/lib.sh
+HOST=$HOST
+VERSION_PACKAGES="$TBVM_VERSION_PACKAGES"
+EOF
+    cat <<'EOF'
 G=$(gid_index) || exit 1
 PERFTEST="-d rxe0 -x $G -F --qp-timeout=20"
 UCX="UCX_TLS=rc_verbs,ud_verbs:aux UCX_UD_VERBS_ETH_DGID_CHECK=n UCX_LOG_LEVEL=info"
 UCXUD="UCX_TLS=ud_verbs UCX_UD_VERBS_ETH_DGID_CHECK=n UCX_LOG_LEVEL=info"
+# A ucx_perftest linked with Open MPI (trixie's UCX 1.18) defaults to MPI
+# mode (-P 1), and run alone it exits 1 right after start: Open MPI's OFI
+# (libfabric) components abort ("BTL OFI will now abort"). -P 0 and Open
+# MPI kept off libfabric make it a plain socket-exchange ucx_perftest like
+# bookworm's (1.13, no MPI, no -P option; both variables empty there).
+NOMPI= NOMPI_ENV=
+if ldd /usr/bin/ucx_perftest 2>/dev/null | grep -q libmpi; then
+    NOMPI="-P 0" NOMPI_ENV="OMPI_MCA_btl=self OMPI_MCA_mtl=^ofi OMPI_MCA_pml=ob1"
+fi
 say "rxe0 is up, IPv4 GID index $G"
 {
     echo "kernel $(uname -r)"
-    dpkg-query -W -f '${Package} ${Version}\n' rdma-core libibverbs1 ibverbs-providers ibverbs-utils librdmacm1 rdmacm-utils perftest ucx-utils libfabric-bin
+    dpkg-query -W -f '${Package} ${Version}\n' $VERSION_PACKAGES
     rdma link show
     ibv_devinfo -d rxe0 | grep -E 'fw_ver|state|active_mtu'
 } >/job/res/versions.txt 2>&1
@@ -441,6 +500,9 @@ TABLE=$OUT/table.txt
         printf '%-30s %-8s %-8s %-34s %-11s %-5s %-6s %-6s %s\n' "$name" "$(verdict "$grc")" "$(verdict "$trc")" \
             "$([ $DATA_OK = 1 ] && echo "ok " || echo "FAIL ")$DATA" "$sent/$recv" "$icrc" "$tsh" "$naks/$resent" "$res"
     done
+    for k in "${!SKIPPED[@]}"; do
+        printf '%-30s %-8s %-8s %s\n' "${SKIPPED[$k]}" - - "SKIP on $TBVM_SUITE: ${SKIPWHY[$k]}"
+    done
 } >"$TABLE"
 # Run-wide cross-check: rxe0 talked to nobody but tbrdma, so its packet
 # counters must equal the captures' totals (every packet tbrdma sent was
@@ -462,13 +524,13 @@ T_CHECK=$((SECONDS - t0))
 
 {
     echo
-    echo "== tbrdma interop with rdma_rxe: $(date -u +%Y-%m-%dT%H:%M:%SZ), results in $OUT"
+    echo "== tbrdma interop with rdma_rxe ($TBVM_SUITE guest): $(date -u +%Y-%m-%dT%H:%M:%SZ), results in $OUT"
     echo "guest: $(grep -E '^(kernel|rdma-core|perftest)' "$OUT/versions.txt" 2>/dev/null | tr '\n' ' ')(qemu TCG, $TBVM_CPUS vCPU)"
     echo "tbrdma: $("$OUT/tbrdma" version 2>/dev/null | head -n 1); $(go version)"
     echo
     cat "$TABLE"
     echo
-    echo "$PASS passed, $((${#NAMES[@]} - PASS)) failed of ${#NAMES[@]}; tbrdma sent $TOT_SENT RoCEv2 packets (bad ICRC $TOT_BAD, malformed $TOT_MAL, resent $TOT_RESENT), rxe sent $TOT_RECV (resent $TOT_PRESENT); NAKs $TOT_NAK"
+    echo "$PASS passed, $((${#NAMES[@]} - PASS)) failed of ${#NAMES[@]}${SKIPPED[0]:+ (${#SKIPPED[@]} more skipped on $TBVM_SUITE, reasons in the table)}; tbrdma sent $TOT_SENT RoCEv2 packets (bad ICRC $TOT_BAD, malformed $TOT_MAL, resent $TOT_RESENT), rxe sent $TOT_RECV (resent $TOT_PRESENT); NAKs $TOT_NAK"
     [ -z "$RXE_CHECK" ] || echo "$RXE_CHECK"
     echo "GUEST/TBRDMA: each tool's own verdict (exit status). DATA CHECK: see docs/interop.md. NAK/RS: NAKs either way / requests tbrdma sent again."
     for i in "${FAILED[@]}"; do

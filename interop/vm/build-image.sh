@@ -1,5 +1,6 @@
 #!/bin/bash
-# Build (or reuse) the interop guest in $TBVM_CACHE (default /var/tmp/tbrdma-vm):
+# Build (or reuse) the interop guest of $TBVM_SUITE (bookworm, the default, or
+# trixie) in $TBVM_CACHE (default /var/tmp/tbrdma-vm, /var/tmp/tbrdma-vm-trixie):
 #   rootfs/        Debian $TBVM_SUITE, debootstrap minbase + $TBVM_PACKAGES
 #   vmlinuz        the Debian kernel (rdma_rxe is one of its modules)
 #   initrd.gz      busybox + the modules needed to mount the virtio disk
@@ -84,8 +85,8 @@ mkdir -p "$ROOTFS/job"
 {
     echo "suite $TBVM_SUITE from $TBVM_MIRROR"
     echo "kernel $kver"
-    chroot "$ROOTFS" dpkg-query -W -f '${Package} ${Version}\n' "linux-image-$kver" rdma-core \
-        ibverbs-providers ibverbs-utils rdmacm-utils perftest libibverbs1 librdmacm1 ucx-utils libfabric-bin 2>/dev/null || true
+    # shellcheck disable=SC2086 # a list of package names
+    chroot "$ROOTFS" dpkg-query -W -f '${Package} ${Version}\n' "linux-image-$kver" $TBVM_VERSION_PACKAGES 2>/dev/null || true
 } >"$TBVM_CACHE/versions.txt"
 cp "$ROOTFS/boot/vmlinuz-$kver" "$TBVM_CACHE/vmlinuz.new"
 

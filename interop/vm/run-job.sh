@@ -4,7 +4,8 @@
 # the guest with /job/lib.sh available (gid_index, flag, wait_flag,
 # wait_ready); the bridge is captured to DIR/capture.pcap. The namespace
 # stays up while the guest runs, so tbrdma can be run against it from
-# another shell:  ip netns exec tbinterop tbrdma ...
+# another shell:  ip netns exec tbinterop tbrdma ...  (tbinterop13 for the
+# trixie guest: TBVM_SUITE=trixie interop/vm/run-job.sh ...)
 #
 # Usage (as root): interop/vm/run-job.sh [-o DIR] [-t SECONDS] JOB
 #   e.g. interop/vm/run-job.sh 'ibv_devinfo -v; rdma link; ip addr'

@@ -4,7 +4,9 @@
 # cache=none, so the host sees them at once and the other way round.
 FLAGS=/job/flags
 DEV=rxe0
-HOST=${HOST:-198.18.0.1}
+# tbrdma's address: build-image.sh writes it into /etc/hosts as tbrdma-host
+# (198.18.0.1 in the bookworm guest, 198.18.13.1 in the trixie one).
+HOST=${HOST:-$(awk '$2 == "tbrdma-host" {print $1; exit}' /etc/hosts)}
 GUEST=$(ip -4 -o addr show dev eth0 | awk '{sub("/.*", "", $4); print $4; exit}')
 
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
