@@ -1,10 +1,10 @@
 package stream
 
 import (
-	"hash/crc32"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 
 	"github.com/tbrdma/tbrdma/verbs"
 )
