@@ -405,6 +405,10 @@ func runPerftest(ctx context.Context, o *perftestOptions) error {
 	case ctx.Err() != nil:
 		return errInterrupted
 	}
+	var ref *perf.RefusedError
+	if errors.As(err, &ref) {
+		return ref // the server's reason says it all
+	}
 	return err
 }
 
@@ -562,11 +566,22 @@ func (t *perftest) exchangeVersions(comm *perf.Comm) error {
 		comm.OfferSegment = offer
 	}
 	comm.OfferWindow = true
+	server := t.o.Peer == ""
+	// A one-test server asks a tbrdma client for its test (mismatch.go).
+	comm.AskHint = server && !t.o.RDMACM
 	if _, err := comm.ExchangeVersions(); err != nil {
-		if t.o.Peer != "" {
-			err = explainClosed(err)
+		if !server {
+			return explainClosed(err)
+		}
+		if errors.Is(err, perf.ErrPingpongClient) {
+			return refuseClient(t.oob, fmt.Sprintf("the client runs pingpong, this server %s: start the server with the client's command (tbrdma pingpong), or use tbrdma serve", t.o.Kind.name))
 		}
 		return err
+	}
+	if comm.AskHint && comm.Hint != "" {
+		if why := perftestMismatch(t.o, comm.Hint); why != "" {
+			return refuseClient(t.oob, why)
+		}
 	}
 	t.peerWindow = comm.PeerWindow
 	return t.agreeSegment(offer, comm.PeerSegment)

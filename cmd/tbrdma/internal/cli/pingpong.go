@@ -231,10 +231,22 @@ func pingpongRun(ctx context.Context, o *pingpongOptions) error {
 
 	var rem perf.PingpongDest
 	if server {
-		rem, err = perf.PingpongServerExchange(conn, pp.my, pp.connect)
+		// A tbrdma client sends its test hint (mismatch.go).
+		var hint string
+		rem, hint, err = perf.PingpongServerExchangeHint(conn, pp.my, pp.connect)
+		if errors.Is(err, perf.ErrNotPingpong) {
+			return refuseClient(conn, fmt.Sprintf("the client runs a perftest test (write-bw, read-lat, ...), this server %s: start the client's command as the server, or use tbrdma serve", o.describe()))
+		}
+		if err == nil && hint != "" {
+			if why := pingpongMismatch(o, hint); why != "" {
+				return refuseClient(conn, why)
+			}
+			err = perf.PingpongAccept(conn)
+		}
 	} else {
-		// The hint is for "tbrdma serve" (serve_oob.go), after "done",
-		// which a stock server never reads.
+		// The hint is for a tbrdma server ("tbrdma serve", serve_oob.go,
+		// or a one-test server, mismatch.go), after "done"; a stock
+		// server never gets it.
 		rem, err = perf.PingpongClientExchangeHint(conn, pp.my, o.hint())
 		err = explainClosed(err)
 		if err == nil {

@@ -28,6 +28,8 @@
 //
 // tbrdma's extensions ride in bytes the stock tools never read
 // (docs/wire-format.md): the large-segment offer and the test hint that
-// tells "tbrdma serve" which test a client runs (Comm.Hint, Comm.AskHint,
-// PingpongClientExchangeHint, ReadPingpongDone).
+// tells "tbrdma serve" or a one-test tbrdma server which test a client
+// runs (Comm.Hint, Comm.AskHint, PingpongClientExchangeHint,
+// PingpongServerExchangeHint, ReadPingpongDone); a server that will not
+// run the client's test says why in a refusal line (Refuse, RefusedError).
 package perf

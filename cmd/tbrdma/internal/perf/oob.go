@@ -3,6 +3,7 @@ package perf
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -48,7 +49,8 @@ type Comm struct {
 	OfferWindow, PeerWindow bool
 	// Hint is tbrdma's test hint (docs/wire-format.md): a client sets it
 	// before ExchangeVersions and sends it only when the server asks for
-	// it, which only "tbrdma serve" does; on a server with AskHint set it
+	// it, which only a tbrdma server does ("tbrdma serve", and a one-test
+	// server, which checks it); on a server with AskHint set it
 	// is, after ExchangeVersions, the hint the client sent ("" when the
 	// client made none: a stock perftest).
 	Hint    string
@@ -56,7 +58,7 @@ type Comm struct {
 }
 
 // The test-hint markers: a client with a hint puts hintOffer in the last
-// two bytes of its version message, "tbrdma serve" answers with hintAsk
+// two bytes of its version message, a tbrdma server answers with hintAsk
 // there, and the client then sends the hint as a 2-byte big-endian length
 // and that many bytes of text. A stock perftest sends and reads nothing
 // else, and never sends hintAsk (its version string ends in a NUL well
@@ -84,7 +86,7 @@ type msgConn interface {
 type streamConn struct{ rw io.ReadWriter }
 
 func (s streamConn) send(b []byte) error { _, err := s.rw.Write(b); return err }
-func (s streamConn) recv(b []byte) error { _, err := io.ReadFull(s.rw, b); return err }
+func (s streamConn) recv(b []byte) error { return readFull(s.rw, b) }
 
 // MsgConn carries whole messages, one per SEND, as perftest's rdma_cm mode
 // does (QPChannel).
@@ -159,7 +161,11 @@ func (c *Comm) ExchangeVersions() (string, error) {
 	}
 	var err error
 	if c.server {
-		if err = c.conn.recv(in); err == nil {
+		if err = c.conn.recv(in); err == nil && LooksLikePingpong(in) {
+			// Answered with a version, the client would read it as
+			// the start of an address: the caller refuses it.
+			err = ErrPingpongClient
+		} else if err == nil {
 			if parseSegOffer(in) == 0 {
 				c.OfferSegment = 0 // never offered to a peer that did not offer
 			}
@@ -206,6 +212,11 @@ func (c *Comm) ExchangeVersions() (string, error) {
 	}
 	return c.RemoteVersion, nil
 }
+
+// ErrPingpongClient is a server's version exchange's error when the client
+// sent an ibv_rc_pingpong address instead of a version message; nothing
+// has been answered (a server answers it with Refuse).
+var ErrPingpongClient = errors.New("the client sent a pingpong address, not a perftest version")
 
 // sendHint sends c.Hint: its length (2 bytes, big-endian), then the text.
 func (c *Comm) sendHint() error {
@@ -458,9 +469,21 @@ func (c *Comm) ExchangeBWReport(my BWReport) (BWReport, error) {
 		}
 		in[i] = binary.BigEndian.Uint64(b)
 	}
-	return BWReport{Size: in[0], Iters: in[1], Peak: math.Float64frombits(in[2]),
-		Average: math.Float64frombits(in[3]), MsgRate: math.Float64frombits(in[4])}, nil
+	r := BWReport{Size: in[0], Iters: in[1], Peak: math.Float64frombits(in[2]),
+		Average: math.Float64frombits(in[3]), MsgRate: math.Float64frombits(in[4])}
+	// A client that runs another test sends something else here (a key
+	// message: ASCII hex, a size of 0x30303030…); reading on would leave
+	// both ends waiting for each other. (A server's report, which a
+	// client ignores, may be all zeros: tbrdma's is.)
+	if c.server && (r.Size == 0 || r.Size > maxReportSize) {
+		return BWReport{}, fmt.Errorf("report exchange: the peer sent %q, not a bandwidth report (does it run another test? start both ends with the same command and flags)", binary.BigEndian.AppendUint64(nil, r.Size))
+	}
+	return r, nil
 }
+
+// maxReportSize bounds the message size of a plausible report (perftest's
+// largest, 2^31 bytes).
+const maxReportSize = 1 << 31
 
 // Close is perftest's ctx_close_connection: one more key exchange, then
 // over TCP both ends write "done" (with its NUL) and close without reading

@@ -33,7 +33,9 @@ func PeerLabel(role string, qp *verbs.QP) string {
 
 // peerGone explains a failed completion whose cause is the peer of qp,
 // naming it: ": peer 198.18.0.2 stopped answering (…)" for RETRY_EXC_ERR,
-// and the like for RNR_RETRY_EXC_ERR; "" for other statuses.
+// and the like for RNR_RETRY_EXC_ERR; for the errors a peer that runs
+// another test or a smaller -s causes (REM_ACCESS_ERR, REM_INV_REQ_ERR,
+// REM_OP_ERR) what to check; "" for other statuses.
 func peerGone(qp *verbs.QP, st verbs.WCStatus) string {
 	switch st {
 	case verbs.WCRetryExcErr:
@@ -45,6 +47,12 @@ func peerGone(qp *verbs.QP, st verbs.WCStatus) string {
 		}
 		return fmt.Sprintf(": %s stopped answering (no acknowledgement%s): it was stopped or killed, or the link went down; check that it runs and that the link is up, then start again",
 			PeerLabel("peer", qp), budget)
+	case verbs.WCRemAccessErr:
+		return fmt.Sprintf(": %s refused the access: its buffer is smaller than this message (a smaller -s, or no -a where we run -a), or it runs another test that does not grant this access; start both ends with the same command and flags (a tbrdma server started so checks them and says what differs; \"tbrdma serve\" adapts to the client)",
+			PeerLabel("peer", qp))
+	case verbs.WCRemInvReqErr, verbs.WCRemOpErr:
+		return fmt.Sprintf(": %s could not take the request (a different test or message size there?); start both ends with the same command and flags, or use \"tbrdma serve\" on the server",
+			PeerLabel("peer", qp))
 	case verbs.WCRNRRetryExcErr:
 		return fmt.Sprintf(": %s stopped posting receives (it is stuck or too slow to keep up): check it, then start again", PeerLabel("peer", qp))
 	}

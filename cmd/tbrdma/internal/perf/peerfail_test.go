@@ -64,6 +64,9 @@ func TestPeerGone(t *testing.T) {
 	if got := peerGone(nil, verbs.WCRNRRetryExcErr); !strings.Contains(got, "stopped posting receives") {
 		t.Errorf("RNR_RETRY_EXC_ERR: %q", got)
 	}
+	if got := peerGone(nil, verbs.WCRemAccessErr); !strings.Contains(got, "buffer is smaller") || !strings.Contains(got, "same command and flags") {
+		t.Errorf("remote access error: %q", got)
+	}
 	if got := peerGone(nil, verbs.WCLocLenErr); got != "" {
 		t.Errorf("a local error blamed on the peer: %q", got)
 	}

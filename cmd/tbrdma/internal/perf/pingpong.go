@@ -92,9 +92,11 @@ func PingpongClientExchange(rw io.ReadWriter, my PingpongDest) (PingpongDest, er
 // PingpongClientExchangeHint is PingpongClientExchange that sends, in the
 // same write as "done", tbrdma's test hint (docs/wire-format.md): a 2-byte
 // big-endian length and the text — only when the server's address carries
-// ServeLID ("tbrdma serve", which reads it with ReadPingpongDone). A stock
-// server gets "done" alone: rdma-core's ibv_rc_pingpong fails unless its
-// read returns exactly those 5 bytes.
+// ServeLID ("tbrdma serve", which reads it with ReadPingpongDone) or
+// CheckLID (a one-test tbrdma server, whose verdict it then reads: a
+// refusal is a *RefusedError). A stock server gets "done" alone:
+// rdma-core's ibv_rc_pingpong fails unless its read returns exactly those
+// 5 bytes.
 func PingpongClientExchangeHint(rw io.ReadWriter, my PingpongDest, hint string) (PingpongDest, error) {
 	if len(hint) > MaxHintLen {
 		return PingpongDest{}, fmt.Errorf("test hint of %d bytes, more than %d", len(hint), MaxHintLen)
@@ -103,7 +105,10 @@ func PingpongClientExchangeHint(rw io.ReadWriter, my PingpongDest, hint string) 
 		return PingpongDest{}, fmt.Errorf("couldn't send local address: %w", err)
 	}
 	buf := make([]byte, PingpongMsgLen)
-	if _, err := io.ReadFull(rw, buf); err != nil {
+	if err := readFull(rw, buf); err != nil {
+		if IsRefused(err) {
+			return PingpongDest{}, err
+		}
 		return PingpongDest{}, fmt.Errorf("couldn't read remote address: %w", err)
 	}
 	rem, err := ParsePingpongDest(buf)
@@ -111,14 +116,48 @@ func PingpongClientExchangeHint(rw io.ReadWriter, my PingpongDest, hint string) 
 		return PingpongDest{}, err
 	}
 	done := pingpongDone
-	if hint != "" && rem.LID == ServeLID {
+	if hint != "" && (rem.LID == ServeLID || rem.LID == CheckLID) {
 		done = binary.BigEndian.AppendUint16(append([]byte(nil), pingpongDone...), uint16(len(hint)))
 		done = append(done, hint...)
 	}
 	if _, err := rw.Write(done); err != nil {
 		return PingpongDest{}, fmt.Errorf("couldn't send \"done\": %w", err)
 	}
+	if rem.LID == CheckLID {
+		rem.LID = 0 // printed as the stock tools do
+		if hint != "" {
+			ok := make([]byte, len(pingpongAccept))
+			if err := readFull(rw, ok); err != nil {
+				if IsRefused(err) {
+					return PingpongDest{}, err
+				}
+				return PingpongDest{}, fmt.Errorf("couldn't read the server's answer to our test hint: %w", err)
+			}
+			if string(ok) != pingpongAccept {
+				return PingpongDest{}, fmt.Errorf("the server answered our test hint with %q, not %q", ok, pingpongAccept)
+			}
+		}
+	}
 	return rem, nil
+}
+
+// CheckLID is the LID a one-test tbrdma pingpong server puts in its address
+// message ("tc"): a tbrdma client then sends its test hint after "done", as
+// to ServeLID, and waits for the server's verdict: pingpongAccept, or a
+// refusal (Refuse) saying which flags differ. A stock client ignores the
+// LID (RoCE routes by GID) and sends "done" alone.
+const CheckLID uint16 = 0x7463
+
+// pingpongAccept is a one-test server's answer to a hint it accepts.
+const pingpongAccept = "tbrdma ok\n"
+
+// PingpongAccept tells a client whose hint a one-test server read (with
+// PingpongServerExchangeHint) that the test can start.
+func PingpongAccept(w io.Writer) error {
+	if _, err := io.WriteString(w, pingpongAccept); err != nil {
+		return fmt.Errorf("couldn't answer the client's test hint: %w", err)
+	}
+	return nil
 }
 
 // ReadPingpongDone reads the client's "done" and, when the client sent
@@ -154,26 +193,79 @@ func ReadPingpongDone(r io.Reader) (string, error) {
 // call connect (which must bring the QP to RTS before the client can send),
 // send our address and wait for the client's "done".
 func PingpongServerExchange(rw io.ReadWriter, my PingpongDest, connect func(PingpongDest) error) (PingpongDest, error) {
-	buf := make([]byte, PingpongMsgLen)
-	if _, err := io.ReadFull(rw, buf); err != nil {
-		return PingpongDest{}, fmt.Errorf("couldn't read remote address: %w", err)
+	rem, _, err := pingpongServerExchange(rw, my, connect, false)
+	return rem, err
+}
+
+// PingpongServerExchangeHint is PingpongServerExchange of a one-test tbrdma
+// server: its address carries CheckLID, and after "done" it reads the
+// client's test hint ("" from a stock client or an older tbrdma, which
+// close the connection after "done"). When the hint is not "" the client
+// waits for PingpongAccept or a refusal.
+func PingpongServerExchangeHint(rw io.ReadWriter, my PingpongDest, connect func(PingpongDest) error) (PingpongDest, string, error) {
+	my.LID = CheckLID
+	return pingpongServerExchange(rw, my, connect, true)
+}
+
+func pingpongServerExchange(rw io.ReadWriter, my PingpongDest, connect func(PingpongDest) error, hint bool) (PingpongDest, string, error) {
+	buf, err := ReadPingpongAddr(rw)
+	if err != nil {
+		return PingpongDest{}, "", err
 	}
 	rem, err := ParsePingpongDest(buf)
 	if err != nil {
-		return PingpongDest{}, err
+		return PingpongDest{}, "", err
 	}
 	if err := connect(rem); err != nil {
-		return rem, err
+		return rem, "", err
 	}
 	if _, err := rw.Write(my.Marshal()); err != nil {
-		return rem, fmt.Errorf("couldn't send local address: %w", err)
+		return rem, "", fmt.Errorf("couldn't send local address: %w", err)
+	}
+	if hint {
+		h, err := ReadPingpongDone(rw)
+		return rem, h, err
 	}
 	done := make([]byte, len(pingpongDone))
 	if _, err := io.ReadFull(rw, done); err != nil {
-		return rem, fmt.Errorf("couldn't read \"done\" from client: %w", err)
+		return rem, "", fmt.Errorf("couldn't read \"done\" from client: %w", err)
 	}
 	if !bytes.Equal(done[:4], pingpongDone[:4]) {
-		return rem, errors.New(`couldn't read "done" from client`)
+		return rem, "", errors.New(`couldn't read "done" from client`)
 	}
-	return rem, nil
+	return rem, "", nil
+}
+
+// ErrNotPingpong is ReadPingpongAddr's error for a client that started
+// another exchange: a perftest client's version message.
+var ErrNotPingpong = errors.New("not a pingpong client")
+
+// LooksLikePingpong reports whether the first 16 bytes of an exchange are
+// the start of a pingpong address ("LLLL:QQQQQQ:…") rather than, say, a
+// perftest version message.
+func LooksLikePingpong(first []byte) bool {
+	return len(first) >= 12 && first[4] == ':' && first[11] == ':'
+}
+
+// ReadPingpongAddr reads a client's address message. It reads the first
+// versionLen bytes on their own: a perftest client sends that many (its
+// version) and waits for an answer, so reading 52 would wait forever. Such
+// a client gets ErrNotPingpong (wrapped with what it sent), and its
+// version message is consumed: the caller answers with Refuse.
+func ReadPingpongAddr(r io.Reader) ([]byte, error) {
+	buf := make([]byte, PingpongMsgLen)
+	if _, err := io.ReadFull(r, buf[:versionLen]); err != nil {
+		return nil, fmt.Errorf("couldn't read remote address: %w", err)
+	}
+	if !LooksLikePingpong(buf) {
+		v := buf[:versionLen]
+		if i := bytes.IndexByte(v, 0); i >= 0 {
+			v = v[:i]
+		}
+		return nil, fmt.Errorf("%w: the client sent %q (a perftest version message?)", ErrNotPingpong, v)
+	}
+	if _, err := io.ReadFull(r, buf[versionLen:]); err != nil {
+		return nil, fmt.Errorf("couldn't read remote address: %w", err)
+	}
+	return buf, nil
 }
