@@ -94,6 +94,7 @@ type Conn struct {
 	err      error // the connection failed
 	kick     context.CancelFunc
 
+	noFin   bool       // Abort: Close sends no FIN
 	finHook func(*msg) // tests: changes the FIN before it leaves
 }
 
@@ -808,7 +809,8 @@ func (c *Conn) sendFin() error {
 // with an error matching net.ErrClosed. Unless CloseWrite was called it
 // first sends the FIN, so that the peer reads to io.EOF what was
 // written; it waits (up to a few seconds) for the writes and the FIN to
-// be acknowledged, then disconnects and releases the resources.
+// be acknowledged, then disconnects (waiting a few seconds for the
+// peer's answer, unless the connection failed) and releases the resources.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
@@ -818,7 +820,7 @@ func (c *Conn) Close() error {
 
 		c.wmu.Lock()
 		c.mu.Lock()
-		if !c.finSent && c.usable() {
+		if !c.finSent && !c.noFin && c.usable() {
 			c.sendFin()
 		}
 		deadline := time.Now().Add(closeWait)
@@ -833,10 +835,13 @@ func (c *Conn) Close() error {
 			t.Stop()
 			c.mu.Lock()
 		}
+		// A failed connection (the peer stopped answering) gets its DREQ
+		// but no wait for an answer that will not come.
+		failed := c.err != nil
 		c.mu.Unlock()
 		c.wmu.Unlock()
 
-		if c.id.Disconnect() == nil {
+		if c.id.Disconnect() == nil && !failed {
 			t := time.NewTimer(closeWait)
 			select {
 			case <-c.disc:
@@ -861,6 +866,18 @@ func (c *Conn) Close() error {
 		}
 	})
 	return c.closeErr
+}
+
+// Abort closes the connection as Close does, but without the FIN (when
+// CloseWrite has not sent it already): the peer's Read then fails with an
+// error matching ErrPeerClosed after what was written, instead of
+// returning io.EOF, so a stream cut short is not taken for a whole one.
+// Like Close, it unblocks Reads and Writes of other goroutines.
+func (c *Conn) Abort() error {
+	c.mu.Lock()
+	c.noFin = true
+	c.mu.Unlock()
+	return c.Close()
 }
 
 // LocalAddr returns this end's address (network "rdma").

@@ -54,7 +54,9 @@
 //     the reader, a mismatch an error.
 //  5. Close waits for its writes and FIN to be acknowledged by the
 //     peer's RC transport, then disconnects (DREQ). A connection that
-//     ends without a FIN is an error to the reader (ErrPeerClosed).
+//     ends without a FIN is an error to the reader (ErrPeerClosed):
+//     Abort is Close without the FIN, for a writer whose stream was cut
+//     short.
 //  6. After a second without completions an end posts a zero-length RDMA
 //     WRITE (no memory touched, no receive consumed): a dead peer fails
 //     it with RETRY_EXC_ERR, which fails the connection.

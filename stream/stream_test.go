@@ -284,6 +284,34 @@ func TestPeerClose(t *testing.T) {
 	}
 }
 
+// TestAbort: a connection ended by Abort sends no FIN: the peer reads what
+// was written, then an error matching ErrPeerClosed instead of io.EOF; an
+// Abort from another goroutine unblocks a Write waiting for credit.
+func TestAbort(t *testing.T) {
+	c, s := pair(t, &stream.Dialer{}, &stream.ListenConfig{Slots: 1, SlotSize: 4096})
+	data := random(4096, 7)
+	if _, err := c.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	blocked := make(chan error, 1)
+	go func() { // the peer's ring is full: this Write waits for credit
+		_, err := c.Write(data)
+		blocked <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	c.Abort()
+	if err := <-blocked; !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Write blocked during Abort: %v, want net.ErrClosed", err)
+	}
+	got, err := io.ReadAll(s)
+	if !errors.Is(err, stream.ErrPeerClosed) {
+		t.Errorf("Read after the peer's Abort: %v, want ErrPeerClosed", err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Errorf("read %d bytes, want the %d written before Abort", len(got), len(data))
+	}
+}
+
 // TestDialNoListener: a port nobody listens on is refused at once.
 func TestDialNoListener(t *testing.T) {
 	l := listen(t, &stream.ListenConfig{})

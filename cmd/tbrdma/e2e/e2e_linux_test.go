@@ -370,6 +370,50 @@ func TestTwoMachines(t *testing.T) {
 		}
 	})
 
+	step("cat into a pipe that closes (| head -c 100)")
+	t.Run("cat output closed", func(t *testing.T) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		recv := l.startOut(t, l.nsB, "", w, "cat")
+		w.Close()
+		waitUDP(t, l.nsB, l.addrB, recv)
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		send := l.command(ctx, t, l.nsA, "", "cat", l.addrB)
+		stdin, err := send.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sendErr strings.Builder
+		send.Stderr = &sendErr
+		if err := send.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { // an endless stream, until the sender stops reading
+			io.Copy(stdin, rand.NewChaCha8([32]byte{8}))
+			stdin.Close()
+		}()
+		head := make([]byte, 100) // as head -c 100 does: read, then close
+		if _, err := io.ReadFull(r, head); err != nil {
+			t.Fatalf("read the receiver's output: %v (%s)", err, recv.errText())
+		}
+		r.Close()
+		code := exitCode(send.Wait())
+		if ctx.Err() != nil {
+			t.Fatalf("the sender did not end within 60s of the receiver's output closing: %s", sendErr.String())
+		}
+		rcode := recv.wait(t, 30*time.Second)
+		if rcode != 1 || !strings.Contains(recv.errText(), "tbrdma: cat: the output closed after ") {
+			t.Errorf("receiver: exit %d, want 1 and the closed output: %q", rcode, recv.errText())
+		}
+		if code != 1 || !strings.Contains(sendErr.String(), "tbrdma: cat: the receiver's output closed after ") {
+			t.Errorf("sender: exit %d, want 1 and the receiver's closed output: %q", code, sendErr.String())
+		}
+	})
+
 	step("cat: receiver killed, streaming and stalled (in parallel)")
 	t.Run("cat receiver killed", func(t *testing.T) {
 		// Second addresses on A and B: each sender and receiver owns UDP

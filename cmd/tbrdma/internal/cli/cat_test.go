@@ -3,18 +3,23 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
 	"io"
 	"math/rand/v2"
 	"net/netip"
+	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/iotest"
 	"time"
 
+	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
+	"github.com/tbrdma/tbrdma/rdmacm"
+	"github.com/tbrdma/tbrdma/stream"
 	"github.com/tbrdma/tbrdma/transport"
 	"github.com/tbrdma/tbrdma/transport/wire"
 	"github.com/tbrdma/tbrdma/verbs"
@@ -157,18 +162,18 @@ func TestCatLoopback(t *testing.T) {
 	}
 }
 
-// TestCatChecksumMismatch fakes the sender's final message: the receiver
+// TestCatChecksumMismatch fakes the sender's trailer: the receiver
 // must refuse the stream and say what differed, the sender must fail on
 // its answer.
 func TestCatChecksumMismatch(t *testing.T) {
 	data := bytes.Repeat([]byte("tbrdma cat\n"), 300000)
 	for _, c := range []struct {
 		name   string
-		tamper func(*catMsg)
+		tamper func(*catTrailer)
 		want   string
 	}{
-		{"digest", func(m *catMsg) { m.sum[0] ^= 1 }, "tbrdma: cat: integrity check failed — SHA-256: received "},
-		{"length", func(m *catMsg) { m.bytes-- }, fmt.Sprintf("tbrdma: cat: integrity check failed — length: received %d bytes, the sender sent %d\n", len(data), len(data)-1)},
+		{"digest", func(m *catTrailer) { m.sum[0] ^= 1 }, "tbrdma: cat: integrity check failed — SHA-256: received "},
+		{"length", func(m *catTrailer) { m.bytes-- }, fmt.Sprintf("tbrdma: cat: integrity check failed — length: received %d bytes, the sender sent %d\n", len(data), len(data)-1)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			sa, ca := rdmaAddr(t), rdmaAddr(t)
@@ -347,10 +352,10 @@ func (d *dropACKs) WriteBatch(msgs []transport.Message) (int, error) {
 }
 
 // TestCatUnacknowledgedConfirmation: the receiver has the whole stream,
-// checked against the sender's final message, and has sent its answer;
-// the transport acknowledgement of that answer never comes (lost, and the
-// sender gone). The output is whole, so the receiver succeeds and says
-// what it did not see; the sender, which got the answer, succeeds too.
+// checked against the sender's trailer, and has sent its answer; the
+// transport acknowledgement of that answer never comes (lost, and the
+// sender gone). The output is whole, so the receiver succeeds; the
+// sender, which got the answer, succeeds too.
 // (In CI, under --fault, the receiver failed here with "transport retry
 // counter exceeded".)
 func TestCatUnacknowledgedConfirmation(t *testing.T) {
@@ -364,7 +369,7 @@ func TestCatUnacknowledgedConfirmation(t *testing.T) {
 		return openDeviceWith(a, nil, func(c transport.Conn) transport.Conn { return &dropACKs{Conn: c, drop: &drop} })
 	}
 	code := runCatWith(context.Background(), f, []string{"--bind", ca.String(), sa.String()}, func(o *catOptions) {
-		o.finHook = func(*catMsg) { drop.Store(true) }
+		o.finHook = func(*catTrailer) { drop.Store(true) }
 	})
 	r := wait()
 	if code != ExitOK || r.code != ExitOK {
@@ -373,7 +378,156 @@ func TestCatUnacknowledgedConfirmation(t *testing.T) {
 	if !bytes.Equal(r.stdout, data) {
 		t.Fatalf("received %d bytes, sent %d", len(r.stdout), len(data))
 	}
-	if !strings.Contains(r.stderr, "did not acknowledge our confirmation") {
-		t.Errorf("receiver stderr %q: want the note that the confirmation was not acknowledged", r.stderr)
+	if r.stderr != "" {
+		t.Errorf("receiver stderr %q, want none", r.stderr)
+	}
+}
+
+// TestCatOutputHoldsBack: the receiver's output holds back the last
+// catTrailerSize bytes of the stream, whatever the sizes of the writes,
+// and hashes exactly what it wrote out.
+func TestCatOutputHoldsBack(t *testing.T) {
+	data := make([]byte, 1000)
+	rand.NewChaCha8([32]byte{1}).Read(data)
+	for _, n := range []int{0, 1, catTrailerSize - 1, catTrailerSize, catTrailerSize + 1, 200, 1000} {
+		for _, step := range []int{1, 7, catTrailerSize, 64, 1000} {
+			var out bytes.Buffer
+			w := &catOutput{out: &out, h: sha256.New(), prog: &catProgress{p: &ui.Progress{}}}
+			for p := data[:n]; len(p) > 0; {
+				k := min(step, len(p))
+				if m, err := w.Write(p[:k]); m != k || err != nil {
+					t.Fatalf("Write: %d, %v", m, err)
+				}
+				p = p[k:]
+			}
+			keep := max(n-catTrailerSize, 0)
+			if !bytes.Equal(out.Bytes(), data[:keep]) || !bytes.Equal(w.tail, data[keep:n]) || w.n != uint64(keep) {
+				t.Errorf("%d bytes in writes of %d: wrote %d, held %d; want %d and %d", n, step, out.Len(), len(w.tail), keep, n-keep)
+			}
+			if sum := sha256.Sum256(data[:keep]); !bytes.Equal(w.h.Sum(nil), sum[:]) {
+				t.Errorf("%d bytes in writes of %d: the hash is not of what was written", n, step)
+			}
+		}
+	}
+}
+
+// dialCat connects to a cat receiver on addr as a bare stream dialer.
+func dialCat(t *testing.T, addr netip.Addr) *stream.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := (&stream.Dialer{LocalAddr: rdmaAddr(t)}).Dial(ctx, netip.AddrPortFrom(addr, catDefaultPort).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Abort() })
+	return c
+}
+
+// TestCatBusy: while a receiver serves one sender, another is told it
+// is busy; the first is unaffected.
+func TestCatBusy(t *testing.T) {
+	sa, ca := rdmaAddr(t), rdmaAddr(t)
+	wait := startCatReceiver(t, sa, nil)
+	first := dialCat(t, sa)
+	if _, err := first.Write([]byte(catHello + "some data")); err != nil {
+		t.Fatal(err)
+	}
+	s := runCatSender(t, strings.NewReader("second"), "--bind", ca.String(), sa.String())
+	if want := "tbrdma: cat: the receiver " + sa.String() + " is busy with another stream: try again once it is done\n"; s.code != ExitFailed || s.stderr != want {
+		t.Errorf("second sender: exit %d, stderr %q\nwant exit 1, %q", s.code, s.stderr, want)
+	}
+	first.Abort()
+	r := wait()
+	if r.code != ExitFailed || !strings.Contains(r.stderr, "the stream is incomplete: the sender disconnected after 9 bytes") || string(r.stdout) != "some data" {
+		t.Errorf("receiver exit %d, stdout %q, stderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestCatNotACatSender: a stream dialer that does not greet as a cat
+// sender is turned away, and the receiver goes on waiting.
+func TestCatNotACatSender(t *testing.T) {
+	sa, ca := rdmaAddr(t), rdmaAddr(t)
+	wait := startCatReceiver(t, sa, nil)
+	other := dialCat(t, sa)
+	other.Write([]byte("GET / HTTP/1.1\r\n"))
+	if _, err := io.ReadAll(other); !errors.Is(err, stream.ErrPeerClosed) {
+		t.Errorf("the receiver's answer to a stranger: %v, want ErrPeerClosed", err)
+	}
+	s := runCatSender(t, strings.NewReader("payload"), "--bind", ca.String(), sa.String())
+	r := wait()
+	if s.code != ExitOK || r.code != ExitOK || string(r.stdout) != "payload" {
+		t.Fatalf("sender exit %d (%s), receiver exit %d, stdout %q", s.code, s.stderr, r.code, r.stdout)
+	}
+	if want := "tbrdma cat: rejected a connection from "; !strings.HasPrefix(r.stderr, want) || !strings.Contains(r.stderr, "not a tbrdma cat sender") {
+		t.Errorf("receiver stderr %q, want the rejected connection", r.stderr)
+	}
+}
+
+// TestCatOldReceiver: a receiver of the former protocol (tbrdma-cat/1)
+// rejects the stream's connection request as "not a tbrdma cat sender";
+// the sender says what that means.
+func TestCatOldReceiver(t *testing.T) {
+	sa, ca := rdmaAddr(t), rdmaAddr(t)
+	dev, err := openDevice(sa, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	ech, err := rdmacm.CreateEventChannel(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ech.Destroy()
+	l, err := ech.CreateID(dev, rdmacm.PSTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Bind(netip.AddrPortFrom(sa, catDefaultPort)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Listen(4); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			ev, err := ech.GetEvent(context.Background())
+			if err != nil {
+				return
+			}
+			if ev.Type == rdmacm.EventConnectRequest {
+				ev.ID.Reject([]byte("tbrdma cat: not a tbrdma cat sender"))
+				ev.ID.Destroy()
+			}
+		}
+	}()
+	s := runCatSender(t, strings.NewReader("x"), "--bind", ca.String(), sa.String())
+	if s.code != ExitFailed || !strings.Contains(s.stderr, "the receiver speaks another cat protocol (an older tbrdma?") {
+		t.Errorf("exit %d, stderr %q", s.code, s.stderr)
+	}
+}
+
+// closedPipe is an output whose reader went away, as with "| head".
+type closedPipe struct{ n int }
+
+func (w *closedPipe) Write(p []byte) (int, error) {
+	if w.n -= len(p); w.n < 0 {
+		return 0, &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.EPIPE}
+	}
+	return len(p), nil
+}
+
+// TestCatOutputClosed: the receiver's output closes mid-stream; it tells
+// the sender, and both fail.
+func TestCatOutputClosed(t *testing.T) {
+	sa, ca := rdmaAddr(t), rdmaAddr(t)
+	wait := startCatReceiver(t, sa, &closedPipe{n: 100})
+	s := runCatSender(t, bytes.NewReader(make([]byte, 64<<20)), "--bind", ca.String(), sa.String())
+	r := wait()
+	if r.code != ExitFailed || !strings.Contains(r.stderr, "tbrdma: cat: the output closed after 0 bytes: write /dev/stdout: broken pipe (stream abandoned; the sender was told)") {
+		t.Errorf("receiver exit %d:\n%s", r.code, r.stderr)
+	}
+	if s.code != ExitFailed || !strings.Contains(s.stderr, "tbrdma: cat: the receiver's output closed after 0 bytes") {
+		t.Errorf("sender exit %d:\n%s", s.code, s.stderr)
 	}
 }
