@@ -108,14 +108,16 @@ type Dialer struct {
 	// Timeout bounds each step of the setup when the context has no
 	// deadline; zero: 10 s.
 	Timeout time.Duration
-	// SegmentSize, when not 0, offers tbrdma's large-segment extension
+	// SegmentSize is tbrdma's large-segment extension
 	// (rdmacm.ConnParam.SegmentSize: packets of up to that many payload
 	// bytes, a multiple of 4096 from verbs.MinSegmentSize to
 	// verbs.SegmentSizeLimit, instead of one MTU). The link's MTU must
 	// carry such packets (verbs.SegmentSizeForLink): loopback or
 	// Thunderbolt, not a 1500-byte Ethernet. It cannot go with a PSK (the
 	// REQ has no room for both). The connection is standard when the
-	// peer does not agree.
+	// peer does not agree. Zero: the largest the link carries when the
+	// Dialer opens its own device and has no PSK (a stream's peer is
+	// always tbrdma), else none; NoSegments: never.
 	SegmentSize int
 }
 
@@ -190,7 +192,7 @@ func (d *Dialer) dial(ctx context.Context, address string) (_ *Conn, err error) 
 	if err != nil {
 		return nil, err
 	}
-	if d.SegmentSize != 0 && (!verbs.ValidSegmentSize(d.SegmentSize) || d.PSK != nil) {
+	if d.SegmentSize != 0 && d.SegmentSize != NoSegments && (!verbs.ValidSegmentSize(d.SegmentSize) || d.PSK != nil) {
 		return nil, fmt.Errorf("stream: segment size %d: want a multiple of 4096 from %d to %d, and no PSK", d.SegmentSize, verbs.MinSegmentSize, verbs.SegmentSizeLimit)
 	}
 	peer, err := resolve(ctx, address)
@@ -215,6 +217,13 @@ func (d *Dialer) dial(ctx context.Context, address string) (_ *Conn, err error) 
 			}
 		}()
 		vctx = dev.vctx
+	}
+	seg := d.SegmentSize
+	switch {
+	case seg == NoSegments:
+		seg = 0
+	case seg == 0 && d.Device == nil && d.PSK == nil:
+		seg = autoSegment(vctx)
 	}
 	timeout := d.Timeout
 	if timeout <= 0 {
@@ -289,7 +298,7 @@ func (d *Dialer) dial(ctx context.Context, address string) (_ *Conn, err error) 
 		return nil, fmt.Errorf("stream: dial %s: %w", where, err)
 	}
 	if err = id.Connect(&rdmacm.ConnParam{PrivateData: c.mine.marshal(), RetryCount: 7, RNRRetryCount: 7,
-		SegmentSize: d.SegmentSize}); err != nil {
+		SegmentSize: seg}); err != nil {
 		return nil, fmt.Errorf("stream: dial %s: %w", where, err)
 	}
 	ev, err := next(rdmacm.EventEstablished)
@@ -326,7 +335,9 @@ type ListenConfig struct {
 	// established connection; zero: 10 s.
 	Timeout time.Duration
 	// SegmentSize is the largest large-segment size (see Dialer) to
-	// accept when a dialer offers one; 0 declines.
+	// accept when a dialer offers one. Zero: the largest the link carries
+	// when the listener opens its own device and has no PSK, else none;
+	// NoSegments: decline.
 	SegmentSize int
 }
 
@@ -367,7 +378,7 @@ func (lc *ListenConfig) listen(ctx context.Context, address string) (_ *Listener
 	if l.lc.Slots, l.lc.SlotSize, err = ringSize(lc.Slots, lc.SlotSize); err != nil {
 		return nil, err
 	}
-	if lc.SegmentSize != 0 && !verbs.ValidSegmentSize(lc.SegmentSize) {
+	if lc.SegmentSize != 0 && lc.SegmentSize != NoSegments && !verbs.ValidSegmentSize(lc.SegmentSize) {
 		return nil, fmt.Errorf("stream: segment size %d: want a multiple of 4096 from %d to %d", lc.SegmentSize, verbs.MinSegmentSize, verbs.SegmentSizeLimit)
 	}
 	if l.lc.Backlog <= 0 {
@@ -394,6 +405,12 @@ func (lc *ListenConfig) listen(ctx context.Context, address string) (_ *Listener
 			}
 		}()
 		vctx = l.dev.vctx
+	}
+	switch {
+	case l.lc.SegmentSize == NoSegments:
+		l.lc.SegmentSize = 0
+	case l.lc.SegmentSize == 0 && lc.Device == nil && lc.PSK == nil:
+		l.lc.SegmentSize = autoSegment(vctx)
 	}
 	if l.ech, err = rdmacm.CreateEventChannel(&rdmacm.ChannelOptions{PSK: lc.PSK}); err != nil {
 		return nil, fmt.Errorf("stream: listen %s: %w", address, err)
@@ -573,3 +590,42 @@ func (l *Listener) Close() error {
 }
 
 var _ net.Listener = (*Listener)(nil)
+
+// NoSegments as Dialer.SegmentSize or ListenConfig.SegmentSize keeps a
+// connection at the path MTU.
+const NoSegments = -1
+
+// autoSegment is the segment size a stream end that opened its own device
+// offers or accepts by default: the largest its link carries (0 on a link
+// too small for large segments). Measured on the veth pair, large segments
+// made io.Copy over a stream 1.85x TCP's rate, against 1.12x at the path
+// MTU (docs/performance.md).
+func autoSegment(vctx *verbs.Context) int {
+	if d := vctx.Device(); d != nil && d.LinkMTU > 0 {
+		return verbs.SegmentSizeForLink(d.LinkMTU)
+	}
+	return verbs.SegmentSizeForLink(linkMTU(vctx.LocalAddr().Addr()))
+}
+
+// linkMTU is the MTU of the interface whose network holds addr (0: none
+// found).
+func linkMTU(addr netip.Addr) int {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 0
+	}
+	for _, ifc := range ifs {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			// Contains, not equality: a loopback address such as
+			// 127.80.1.2 is lo's through 127.0.0.1/8.
+			if p, ok := a.(*net.IPNet); ok && p.Contains(addr.Unmap().AsSlice()) {
+				return ifc.MTU
+			}
+		}
+	}
+	return 0
+}

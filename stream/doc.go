@@ -14,8 +14,9 @@
 // goes down makes blocked Reads and Writes fail (after the transport's
 // retries, tens of seconds) instead of hanging.
 //
-// SegmentSize on both ends turns on tbrdma's large-segment extension
-// (packets of up to 60 KiB, for loopback and Thunderbolt links).
+// Both ends use tbrdma's large-segment extension (packets of up to 60 KiB)
+// by default when the link carries them (loopback, Thunderbolt) and
+// neither has a PSK; SegmentSize: NoSegments keeps the path MTU.
 //
 // The end-to-end check is a CRC-32C, which the CPU computes at many GB/s:
 // it catches a lost, repeated or misplaced chunk, which is what it is for

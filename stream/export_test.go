@@ -10,3 +10,7 @@ func CorruptFin(c *Conn, lengthToo bool) {
 		}
 	}
 }
+
+// SegmentSize is the packet payload size c's QP agreed on (0: the path
+// MTU).
+func SegmentSize(c *Conn) int { return c.qp.Query().SegmentSize }

@@ -365,3 +365,35 @@ func TestPSK(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestDefaultSegments: two ends that open their own devices on loopback
+// agree on large segments by default; NoSegments on either end keeps the
+// path MTU, and data moves either way.
+func TestDefaultSegments(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		d     *stream.Dialer
+		lc    *stream.ListenConfig
+		large bool
+	}{
+		{"default", nil, nil, true},
+		{"dialer NoSegments", &stream.Dialer{SegmentSize: stream.NoSegments}, nil, false},
+		{"listener NoSegments", nil, &stream.ListenConfig{SegmentSize: stream.NoSegments}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl, sv := pair(t, c.d, c.lc)
+			if got := stream.SegmentSize(cl); (got > 0) != c.large {
+				t.Errorf("client segment size %d, want large segments %v", got, c.large)
+			}
+			want := random(300<<10, 9)
+			go func() {
+				cl.Write(want)
+				cl.CloseWrite()
+			}()
+			got, err := io.ReadAll(sv)
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("read %d bytes, %v; want %d bytes intact", len(got), err, len(want))
+			}
+		})
+	}
+}

@@ -51,11 +51,11 @@ func main() {
 	addr := fl.String("addr", "", "server `ip:port`")
 	local := fl.String("local", "", "sender's local `ip` (rdma)")
 	n := fl.Int64("bytes", 1<<30, "bytes to send")
-	seg := fl.Bool("segments", false, "rdma: offer/accept large segments (61440 bytes)")
+	seg := fl.Bool("segments", false, "rdma: offer/accept large segments (61440 bytes, as a stream does by default on a link that carries them); without: the path MTU")
 	fl.IntVar(&slots, "slots", 0, "rdma: receive ring slots (0: stream.DefaultSlots)")
 	fl.IntVar(&slotSize, "slot-size", 0, "rdma: receive ring slot `bytes` (0: stream.DefaultSlotSize)")
 	fl.Parse(os.Args[2:])
-	segSize := 0
+	segSize := stream.NoSegments // the path MTU, unless -segments
 	if *seg {
 		segSize = verbs.SegmentSizeLimit
 	}
