@@ -176,8 +176,14 @@ func (c *Conn) freeVerbs() {
 			mr.Deregister()
 		}
 	}
+	if c.cq != nil {
+		c.cq.Close() // after the QP that uses it
+	}
 	if c.ch != nil {
-		c.ch.Close()
+		c.ch.Close() // after its CQ
+	}
+	if c.pd != nil {
+		c.pd.Close() // after the QP and MRs made on it
 	}
 }
 
@@ -855,8 +861,7 @@ func (c *Conn) Close() error {
 			c.kick()
 		}
 		c.mu.Unlock()
-		c.ch.Close()
-		<-c.engineDone
+		<-c.engineDone // stopping and kick end its Wait
 		c.id.Destroy()
 		c.ech.Destroy()
 		<-c.evDone

@@ -15,6 +15,10 @@ type CompChannel struct {
 	notify func(*CQ)
 	once   sync.Once
 	done   chan struct{}
+
+	mu     sync.Mutex
+	cqs    int // open CQs attached to the channel
+	closed bool
 }
 
 // CreateCompChannel creates a completion channel.
@@ -49,9 +53,30 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*CQ, error) {
 	}
 }
 
-// Close destroys the channel; pending GetEvent calls return ErrClosed.
+// Close destroys the channel; pending GetEvent calls return ErrClosed. It
+// refuses with ErrBusy while a CQ attached to the channel is open, as
+// ibv_destroy_comp_channel does: close the CQs first. Closing a closed
+// channel does nothing.
 func (ch *CompChannel) Close() error {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.cqs > 0 {
+		return fmt.Errorf("verbs: close completion channel: %d CQ(s) use it: close them first: %w", ch.cqs, ErrBusy)
+	}
+	ch.closed = true
 	ch.once.Do(func() { close(ch.done) })
+	return nil
+}
+
+// attach counts a CQ created on (d = 1) or closed from (d = -1) the
+// channel. It fails on a closed channel.
+func (ch *CompChannel) attach(d int) error {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if d > 0 && ch.closed {
+		return fmt.Errorf("verbs: create CQ: completion channel %w", ErrClosed)
+	}
+	ch.cqs += d
 	return nil
 }
 
@@ -90,6 +115,11 @@ type CQ struct {
 func (c *Context) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 	if cqe < 1 || cqe > MaxCQE {
 		return nil, fmt.Errorf("verbs: create CQ: %d entries, want 1..%d (verbs.MaxCQE): ask for fewer entries and poll more often: %w", cqe, MaxCQE, ErrInvalidArgument)
+	}
+	if ch != nil {
+		if err := ch.attach(1); err != nil {
+			return nil, err
+		}
 	}
 	return &CQ{ctx: c, channel: ch, cqe: cqe, ring: make([]WC, cqe), done: make(chan struct{})}, nil
 }
@@ -153,8 +183,8 @@ func (cq *CQ) AckEvents(n int) {
 
 // Wait blocks until the CQ holds at least one completion, then moves up to
 // len(wc) of them into wc and returns how many, like Poll. It returns
-// early with ctx's error when ctx ends, ErrClosed when the CQ or its
-// completion channel is closed, and Poll's error (ErrQueueFull) when the
+// early with ctx's error when ctx ends, ErrClosed when the CQ is closed,
+// and Poll's error (ErrQueueFull) when the
 // CQ overran.
 //
 // Wait does the arm, poll, get event and acknowledge sequence of an
@@ -288,6 +318,9 @@ func (cq *CQ) Close() error {
 	cq.closed = true
 	cq.ring, cq.count, cq.armed = nil, 0, false
 	close(cq.done)
+	if cq.channel != nil {
+		cq.channel.attach(-1)
+	}
 	if cq.wake != nil {
 		close(cq.wake)
 		cq.wake = nil

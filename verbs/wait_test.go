@@ -193,9 +193,22 @@ func TestCQWaitEndsOnClose(t *testing.T) {
 	cq, ch, vctx := newCQ(t, true)
 	done := goWait(waitCtx(t), cq)
 	untilAsleep(t, cq, 1)
-	ch.Close()
+	// The channel cannot go while its CQ is open (ibv_destroy_comp_channel:
+	// EBUSY); closing the CQ ends the Wait, and then the channel closes.
+	if err := ch.Close(); !errors.Is(err, verbs.ErrBusy) {
+		t.Fatalf("closing the channel of an open CQ = %v, want ErrBusy", err)
+	}
+	if err := cq.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if r := <-done; !errors.Is(r.err, verbs.ErrClosed) {
-		t.Fatalf("Wait after the channel closed = %v, want ErrClosed", r.err)
+		t.Fatalf("Wait after the CQ closed = %v, want ErrClosed", r.err)
+	}
+	if err := ch.Close(); err != nil {
+		t.Fatalf("closing the channel after its CQ = %v", err)
+	}
+	if _, err := vctx.CreateCQ(8, ch); !errors.Is(err, verbs.ErrClosed) {
+		t.Fatalf("CreateCQ on a closed channel = %v, want ErrClosed", err)
 	}
 	cq2, _ := vctx.CreateCQ(8, nil)
 	done = goWait(waitCtx(t), cq2)

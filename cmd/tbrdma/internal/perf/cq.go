@@ -36,8 +36,8 @@ const KernelWaitWindow = 50 * time.Millisecond
 // arrives (verbs.CQ.WaitSpin), so a slow peer does not cost a whole CPU.
 type Waiter struct {
 	CQ *verbs.CQ
-	// Ch is the CQ's completion channel, kept for its owner to close;
-	// closing it ends a Wait in progress with verbs.ErrClosed.
+	// Ch is the CQ's completion channel, kept for its owner to close
+	// after the CQ (closing the CQ ends a Wait in progress).
 	Ch *verbs.CompChannel
 	// Spin is the number of empty polls before sleeping; 0 means sleep at
 	// once (the stock tools' -e event mode).
