@@ -69,6 +69,23 @@ func LoopbackAddr() netip.Addr {
 	return netip.AddrFrom4([4]byte{127, 77 + byte(n>>16), byte(n >> 8), byte(n)})
 }
 
+// Device opens a verbs context on a fresh loopback address
+// (LoopbackAddr), skipping one whose UDP port 4791 is taken. It is closed
+// when the test ends.
+func Device(tb testing.TB) *verbs.Context {
+	tb.Helper()
+	var err error
+	for range 20 {
+		var c *verbs.Context
+		if c, err = verbs.NewContext(&verbs.Options{Addr: LoopbackAddr()}); err == nil {
+			tb.Cleanup(func() { c.Close() })
+			return c
+		}
+	}
+	tb.Fatal(err)
+	return nil
+}
+
 // NewPair creates two contexts and a connected QP on each. Everything is
 // closed when the test ends.
 func NewPair(tb testing.TB, o Options) *Pair {

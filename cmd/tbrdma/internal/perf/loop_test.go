@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -13,24 +12,8 @@ import (
 	"time"
 
 	"github.com/tbrdma/tbrdma/verbs"
+	"github.com/tbrdma/tbrdma/verbs/verbstest"
 )
-
-// testDevice opens a verbs context on a random loopback address in
-// 127.80-99.x.y (the CLI's tests use 127.79; a taken one is skipped).
-func testDevice(t *testing.T) *verbs.Context {
-	t.Helper()
-	var err error
-	for range 20 {
-		a := netip.AddrFrom4([4]byte{127, byte(80 + rand.IntN(20)), byte(rand.IntN(256)), byte(1 + rand.IntN(254))})
-		var c *verbs.Context
-		if c, err = verbs.NewContext(&verbs.Options{Addr: a}); err == nil {
-			t.Cleanup(func() { c.Close() })
-			return c
-		}
-	}
-	t.Fatal(err)
-	return nil
-}
 
 // testSide is one end of a loop test: a Loop over an RC QP in INIT, with
 // a buffer of two halves (the first filled with a pattern) and its errors
@@ -43,7 +26,7 @@ type testSide struct {
 
 func newTestSide(t *testing.T, verb Verb, server bool, half int, depth int) *testSide {
 	t.Helper()
-	dev := testDevice(t)
+	dev := verbstest.Device(t)
 	pd, err := dev.AllocPD()
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"sync"
@@ -13,25 +12,8 @@ import (
 
 	"github.com/tbrdma/tbrdma/rdmacm"
 	"github.com/tbrdma/tbrdma/verbs"
+	"github.com/tbrdma/tbrdma/verbs/verbstest"
 )
-
-// device opens a verbs context on a random loopback address in
-// 127.80-99.x.y (other packages' tests use 127.79 and random 127.79-98
-// addresses; a taken one is skipped).
-func device(t *testing.T) *verbs.Context {
-	t.Helper()
-	var err error
-	for range 20 {
-		a := netip.AddrFrom4([4]byte{127, byte(80 + rand.IntN(20)), byte(rand.IntN(256)), byte(1 + rand.IntN(254))})
-		var c *verbs.Context
-		if c, err = verbs.NewContext(&verbs.Options{Addr: a}); err == nil {
-			t.Cleanup(func() { c.Close() })
-			return c
-		}
-	}
-	t.Fatal(err)
-	return nil
-}
 
 func TestFill(t *testing.T) {
 	b := make([]byte, 64)
@@ -48,7 +30,7 @@ func TestFill(t *testing.T) {
 // TestServeTwoClients runs two clients at once against one server, then
 // stops the server while one is still connected.
 func TestServeTwoClients(t *testing.T) {
-	sdev, c1dev, c2dev := device(t), device(t), device(t)
+	sdev, c1dev, c2dev := verbstest.Device(t), verbstest.Device(t), verbstest.Device(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var mu sync.Mutex
@@ -131,7 +113,7 @@ func (s *syncWriter) Write(b []byte) (int, error) {
 
 // TestDialRejected checks the REJ of a port nobody listens on.
 func TestDialRejected(t *testing.T) {
-	sdev, cdev := device(t), device(t)
+	sdev, cdev := verbstest.Device(t), verbstest.Device(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ready := make(chan netip.AddrPort, 1)
