@@ -229,10 +229,8 @@ func (cq *CQ) WaitSpin(ctx context.Context, wc []WC, p SpinPolicy) (int, error) 
 			return n, err
 		}
 	}
-	var chDone <-chan struct{}
-	if cq.channel != nil {
-		chDone = cq.channel.done
-	}
+	// The CQ's channel cannot close while the CQ is open, so closing the
+	// CQ (which closes wake) is what ends a Wait early.
 	for {
 		n, err, wake := cq.pollOrArm(wc)
 		if n > 0 || err != nil {
@@ -244,9 +242,6 @@ func (cq *CQ) WaitSpin(ctx context.Context, wc []WC, p SpinPolicy) (int, error) 
 		case <-ctx.Done():
 			cq.leave(true)
 			return 0, ctx.Err()
-		case <-chDone:
-			cq.leave(true)
-			return 0, fmt.Errorf("verbs: wait on CQ: completion channel %w", ErrClosed)
 		}
 	}
 }
