@@ -200,9 +200,13 @@ EOF
         echo "say 'pairing $name'"
         echo "wait_flag begin-$name 900 || exit 1"
         echo "echo \"$gcmd\" >/job/res/$name.cmd"
+        # Each tool runs in a session of its own (setsid), so that after
+        # the pairing nothing of it can stay behind unseen: reap_session
+        # records and kills what is left (job-lib.sh), and a failed pairing
+        # leaves the guest's state in /job/res/NAME.diag.
         if [ "${SERVER[$i]}" = guest ]; then
             cat <<EOF
-timeout $PAIR_TIMEOUT $gcmd >/job/res/$name.out 2>&1 &
+setsid timeout $PAIR_TIMEOUT $gcmd >/job/res/$name.out 2>&1 &
 pid=\$!
 if wait_ready ${READY[$i]} \$pid; then flag ready-$name; else flag noready-$name; fi
 wait_flag client-done-$name $((PAIR_TIMEOUT + 60))
@@ -210,18 +214,25 @@ n=0
 while kill -0 \$pid 2>/dev/null && [ \$n -lt 75 ]; do sleep 0.2; n=\$((n + 1)); done
 if kill -0 \$pid 2>/dev/null; then say "the server still runs 15 s after tbrdma ended: stopping it"; kill \$pid; fi
 wait \$pid
-echo \$? >/job/res/$name.rc
+rc=\$?
+echo \$rc >/job/res/$name.rc
 EOF
         else
             cat <<EOF
 if wait_flag ready-$name $((PAIR_TIMEOUT + 60)); then
-    timeout $PAIR_TIMEOUT $gcmd >/job/res/$name.out 2>&1
-    echo \$? >/job/res/$name.rc
+    setsid timeout $PAIR_TIMEOUT $gcmd >/job/res/$name.out 2>&1 &
+    pid=\$!
+    wait \$pid
+    rc=\$?
+    echo \$rc >/job/res/$name.rc
 else
+    pid= rc=98
     echo 98 >/job/res/$name.rc
 fi
 EOF
         fi
+        echo "[ \$rc = 0 ] || guest_diag >/job/res/$name.diag 2>&1"
+        echo "[ -z \"\$pid\" ] || reap_session \$pid >/job/res/$name.leftover"
         echo "flag done-$name"
     done
     cat <<'EOF'
@@ -265,6 +276,29 @@ host_ready() {
     done
     return 1
 }
+# host_reap: the processes still in the namespace after a pairing, but for
+# the guest (qemu) and the capture (tcpdump), one line each, then SIGKILL
+# for them: everything else there was started by the pairing, and a tool
+# that outlived it would hold UDP port 4791 or its TCP port for the next.
+host_reap() {
+    local p left=()
+    for p in $(ip netns pids "$TBVM_NETNS" 2>/dev/null); do
+        [ "$p" = "$TBVM_QEMU_PID" ] || [ "$p" = "${TBVM_TCPDUMP_PID:-}" ] && continue
+        [ -e "/proc/$p" ] || continue
+        left+=("$p")
+        echo "pid $p ($(ps -o stat=,etimes=,wchan:24= -p "$p" 2>/dev/null | xargs)): $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
+    done
+    [ ${#left[@]} = 0 ] && return 0
+    kill -KILL "${left[@]}" 2>/dev/null
+    local n=0
+    while [ $n -lt 50 ]; do
+        for p in "${left[@]}"; do [ -e "/proc/$p" ] && break; p=; done
+        [ -z "$p" ] && return 0
+        sleep 0.2
+        n=$((n + 1))
+    done
+    echo "still there 10 s after SIGKILL: ${left[*]}"
+}
 run_pairing() {  # run_pairing INDEX
     local i=$1 name=${NAMES[$1]} rc=0 n targs t0=$SECONDS
     eval "targs=(${TARGS[$i]})"
@@ -302,6 +336,7 @@ run_pairing() {  # run_pairing INDEX
         TB_PID=
     fi
     echo "$rc" >"$OUT/$name/tbrdma.rc"
+    host_reap >"$OUT/$name/host.leftover"
     tbvm_capture_stop "$OUT/$name/capture.pcap" >"$OUT/$name/dropped"
     tbvm_log "pairing $name: tbrdma exit $rc, guest exit $(cat "$RUN/res/$name.rc" 2>/dev/null || echo none) ($((SECONDS - t0)) s)"
 }
@@ -328,6 +363,8 @@ for name in "${NAMES[@]}"; do
     cp "$RUN/res/$name.out" "$OUT/$name/guest.out" 2>/dev/null
     cp "$RUN/res/$name.rc" "$OUT/$name/guest.rc" 2>/dev/null
     cp "$RUN/res/$name.cmd" "$OUT/$name/guest.cmd" 2>/dev/null
+    cp "$RUN/res/$name.diag" "$OUT/$name/guest.diag" 2>/dev/null
+    cp "$RUN/res/$name.leftover" "$OUT/$name/guest.leftover" 2>/dev/null
 done
 
 # ---------------------------------------------------------------- checks
@@ -491,6 +528,12 @@ TABLE=$OUT/table.txt
         [ "$sent" -gt 0 ] || why+=("no RoCEv2 packet from tbrdma in the capture")
         [ "${dropped:-0}" = 0 ] || why+=("the capture lost ${dropped:-?} packets (tcpdump)")
         [ "${captured:-x}" = "$frames" ] || why+=("the capture file holds $frames frames, tcpdump said it captured ${captured:-?}")
+        # A tool that outlived its pairing (killed then, so that it cannot
+        # spoil the next one) fails the pairing it belonged to.
+        for side in guest host; do
+            [ -s "$OUT/$name/$side.leftover" ] || continue
+            while IFS= read -r l; do why+=("left running on the $side after the pairing (killed): $l"); done <"$OUT/$name/$side.leftover"
+        done
         if [ ${#why[@]} = 0 ]; then res=PASS PASS=$((PASS + 1)); else res=FAIL FAIL=$((FAIL + 1)); FAILED+=("$i"); fi
         [ -s "$OUT/$name/tshark.err" ] || rm -f "$OUT/$name/tshark.err"
         printf '%s\n' "${why[@]}" >"$OUT/$name/why"
@@ -545,6 +588,10 @@ T_CHECK=$((SECONDS - t0))
         tail -n 4 "$OUT/$name/guest.out" 2>/dev/null | sed 's/^/    | /'
         echo "  tbrdma: $(cat "$OUT/$name/tbrdma.cmd") -> $(verdict "$(cat "$OUT/$name/tbrdma.rc" 2>/dev/null)")"
         tail -n 4 "$OUT/$name/tbrdma.out" 2>/dev/null | sed 's/^/    | /'
+        if [ -s "$OUT/$name/guest.diag" ]; then
+            echo "  guest after the pairing ($name/guest.diag): $(sed -n '/^== rdma res show qp/,/^==/p' "$OUT/$name/guest.diag" | grep -vc '^==') QP(s) left; kernel's last lines:"
+            sed -n '/^== dmesg/,$p' "$OUT/$name/guest.diag" | sed 1d | tail -n 3 | sed 's/^/    | /'
+        fi
         echo "  files: $OUT/$name/{capture.pcap,check.txt,guest.out,tbrdma.out}; guest console: $RUN/console.log"
     done
     echo

@@ -62,3 +62,34 @@ wait_ready() {
     say "nothing listening ($1) after 60 s"
     return 1
 }
+
+# reap_session SID: the processes still in session SID (a pairing's tool,
+# started with setsid), one line each, then SIGKILL for all of them, so
+# that a tool that outlived its pairing cannot hold a port or a QP for the
+# next one. Prints nothing when the session is empty.
+reap_session() {
+    left=$(ps -o pid=,stat=,etimes=,wchan:24=,args= -s "$1" 2>/dev/null)
+    [ -n "$left" ] || return 0
+    echo "$left"
+    pkill -KILL -s "$1" 2>/dev/null
+    n=0
+    while pgrep -s "$1" >/dev/null 2>&1 && [ $n -lt 50 ]; do sleep 0.2; n=$((n + 1)); done
+    pgrep -s "$1" >/dev/null 2>&1 && echo "still there 10 s after SIGKILL"
+    return 0
+}
+
+# guest_diag: the guest's state after a failed pairing: its user processes
+# (with the kernel function a blocked one waits in), rxe's QPs and CM IDs,
+# TCP sockets and the kernel's last messages.
+guest_diag() {
+    echo "== processes"
+    ps -eo pid,ppid,stat,etimes,wchan:24,args | awk 'NR == 1 || $NF !~ /^\[/'
+    echo "== rdma res show qp"
+    rdma res show qp
+    echo "== rdma res show cm_id"
+    rdma res show cm_id
+    echo "== ss -tanp"
+    ss -tanp
+    echo "== dmesg (last 30 lines)"
+    dmesg | tail -n 30
+}
