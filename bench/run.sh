@@ -36,7 +36,7 @@
 #                 old and new ratios come from the same run (keys old_*)
 #   FI_TCP_ITERS  -I of fi_pingpong tcp msg 1 MiB  (default 300, as the anchors)
 #   FI_RXD_ITERS  -I of fi_pingpong udp rdm 64 B   (default 2000, as the anchors)
-#   SKIP          any of: iperf sockperf libfabric tbrdma cabi engines stream
+#   SKIP          any of: iperf sockperf libfabric tbrdma cabi engines stream serve
 #   STREAM_BYTES  bytes of each stream/TCP io.Copy   (default 1 GiB)
 #   BENCH_NS_A/_B, BENCH_VETH_A/_B  other namespace and temporary veth names
 #                 (default tbbench-a/-b, tbbnchA/B), for two runs side by side
@@ -320,9 +320,29 @@ tb() {
   fi
   TB_ROW=$row
 }
+# tb_served KEY CMD ARGS... : as tb, but the server is "tbrdma serve" in NS_B
+# (started for this one client, so that each measurement starts alike), and
+# the client's command is the same as against a dedicated server.
+tb_served() {
+  local k=$1 cmd=$2; shift 2
+  local k2="$k.r$REP" rc row
+  TB_ROW=
+  srv "$k2" 90 env "${TB_ENV[@]}" "$BIN" serve --bind $IP_B --no-advertise
+  wait_listen tcp 18515 || { fail "$k" "serve did not listen: $(tail -c 200 "$LOGDIR/$k2.srv.err")"; srv_done "$SRV"; return 1; }
+  cli "$k2" 90 env "${TB_ENV[@]}" "$BIN" "$cmd" --bind $IP_A --timeout 80s "$@" $IP_B
+  rc=$?
+  srv_done "$SRV" 0
+  row=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 5 {l = $0} END {print l}' "$LOGDIR/$k2.cli.out")
+  if [ $rc -ne 0 ] || [ -z "$row" ]; then
+    fail "$k" "rep $REP: rc=$rc $(tail -c 300 "$LOGDIR/$k2.cli.err" | tr '\n' ' ')"
+    return 1
+  fi
+  TB_ROW=$row
+}
 tb_bw() {  # tb_bw KEY SIZE ITERS [flags...] : write-bw, BW average MiB/s -> B/s
   local k=$1 s=$2 n=$3; shift 3
-  tb "$k" write-bw -s "$s" -n "$n" "$@" || return
+  if [[ "$k" == serve_* ]]; then tb_served "$k" write-bw -s "$s" -n "$n" "$@" || return
+  else tb "$k" write-bw -s "$s" -n "$n" "$@" || return; fi
   set -- $TB_ROW   # bytes iters peak[MiB/s] avg[MiB/s] Mpps
   isnum "$4" || { fail "$k" "rep $REP: bad row: $TB_ROW"; return; }
   rec "$k.bw" B/s "$(awk -v m="$4" 'BEGIN{printf "%.0f", m * 1048576}')"
@@ -332,7 +352,8 @@ tb_bw() {  # tb_bw KEY SIZE ITERS [flags...] : write-bw, BW average MiB/s -> B/s
 }
 tb_lat() {  # tb_lat KEY CMD [flags...] : t_typical (median) and p99 in us
   local k=$1 cmd=$2; shift 2
-  tb "$k" "$cmd" -s 64 -n "$LAT_ITERS" "$@" || return
+  if [[ "$k" == serve_* ]]; then tb_served "$k" "$cmd" -s 64 -n "$LAT_ITERS" "$@" || return
+  else tb "$k" "$cmd" -s 64 -n "$LAT_ITERS" "$@" || return; fi
   set -- $TB_ROW   # bytes iters t_min t_max t_typical t_avg t_stdev p99 p99.9
   isnum "$5" || { fail "$k" "rep $REP: bad row: $TB_ROW"; return; }
   rec "$k.t_typical" us "$5"; rec "$k.t_avg" us "$6"; rec "$k.t_min" us "$3"
@@ -536,6 +557,7 @@ run_kernel() { local s=$1; shift; skip "$s" || measure "$@"; }
 run_lib() { skip cabi || measure "$@"; }
 run_eng() { skip engines || measure "$@"; }
 run_stream() { skip stream || measure "$@"; }
+run_serve() { skip serve || skip tbrdma || measure "$@"; }
 for ((REP = 1; REP <= REPS; REP++)); do
   wait_quiet
   log "--- repetition $REP of $REPS"
@@ -553,6 +575,10 @@ for ((REP = 1; REP <= REPS; REP++)); do
   # agree on 61440-byte packets for the 65520-byte link): ~3x the rate, so
   # 3x the messages for about the same time
   run_tb tb_bw write_bw_1MiB_large 1048576 "$((WB1M_N * 3))" --large-segments
+  # the same clients through "tbrdma serve", right after (issue 18)
+  run_serve tb_bw serve_write_bw_1MiB_large 1048576 "$((WB1M_N * 3))" --large-segments
+  run_serve tb_bw serve_write_bw_1MiB 1048576 "$WB1M_N"
+  run_tb tb_bw write_bw_1MiB_b 1048576 "$WB1M_N"
   run_kernel libfabric fi_pp libfabric_tcp_msg_1MiB bw tcp msg 1048576 "$FI_TCP_ITERS"
   old run_tb tb_bw old_write_bw_1MiB 1048576 "$WB1M_N"
   run_stream scopy stream_copy rdma
@@ -566,12 +592,15 @@ for ((REP = 1; REP <= REPS; REP++)); do
   run_tb tb_lat send_lat_64B_event send-lat -e
   run_kernel sockperf sockperf_pp poll
   run_tb tb_lat read_lat_64B_poll read-lat
+  run_serve tb_lat serve_read_lat_64B_poll read-lat
   run_lib lib_lat lib_read_lat_64B_poll ib_read_lat
   old run_tb tb_lat old_read_lat_64B_poll read-lat
   run_tb tb_lat write_lat_64B write-lat
+  run_serve tb_lat serve_write_lat_64B write-lat
   run_kernel libfabric fi_pp libfabric_udp_rdm_64B oneway udp rdm 64 "$FI_RXD_ITERS"
   old run_tb tb_lat old_write_lat_64B write-lat
   run_tb tb_lat send_lat_64B_poll send-lat
+  run_serve tb_lat serve_send_lat_64B_poll send-lat
   run_lib lib_lat lib_send_lat_64B_poll ib_send_lat
   run_tb tb_lat read_lat_64B_event2 read-lat -e
   run_lib lib_lat lib_read_lat_64B_event ib_read_lat -e
@@ -709,6 +738,15 @@ R = [
      'libfabric 1.17, rdm endpoints, one message in flight'),
     ('fi_pingpong 64 B verbs;ofi_rxm over tbrdma / tcp;ofi_rxm (usec/xfer)', 'fi_verbs_rxm_64B.oneway', 'fi_tcp_rxm_64B.oneway', None, None,
      'one-way latency'),
+    # the same client through "tbrdma serve" / against a dedicated one-test server, same repetition (issue 18)
+    ('serve / dedicated: write-bw 1 MiB, large segments', 'serve_write_bw_1MiB_large.bw', 'write_bw_1MiB_large.bw', '>=', 0.95,
+     'serve started for the client; the dedicated run just before it'),
+    ('serve / dedicated: write-bw 1 MiB, IB MTU 4096', 'serve_write_bw_1MiB.bw', 'write_bw_1MiB_b.bw', '>=', 0.95,
+     'the dedicated run right after it (write_bw_1MiB_b)'),
+    ('serve / dedicated: read-lat 64 B busy-poll t_typical', 'serve_read_lat_64B_poll.t_typical', 'read_lat_64B_poll.t_typical', '<=', 1.05, ''),
+    ('serve / dedicated: read-lat 64 B busy-poll p99', 'serve_read_lat_64B_poll.p99', 'read_lat_64B_poll.p99', '<=', 1.05, ''),
+    ('serve / dedicated: write-lat 64 B t_typical', 'serve_write_lat_64B.t_typical', 'write_lat_64B.t_typical', '<=', 1.05, ''),
+    ('serve / dedicated: send-lat 64 B busy-poll t_typical', 'serve_send_lat_64B_poll.t_typical', 'send_lat_64B_poll.t_typical', '<=', 1.05, ''),
     # the older binary (TBRDMA_OLD_BIN), same run
     ('OLD write-bw 1 MiB / iperf3 UDP 65000 B received', 'old_write_bw_1MiB.bw', 'iperf3_udp65000.recv', None, None, 'TBRDMA_OLD_BIN'),
     ('OLD read-lat 64 B event t_typical / sockperf blocking p50 RTT', 'old_read_lat_64B_event.t_typical',

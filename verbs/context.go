@@ -93,7 +93,8 @@ type Context struct {
 	flushMu sync.Mutex
 	spare   []transport.Message
 	bufMu   sync.Mutex
-	free    [][]byte     // packet buffers ready for reuse
+	free    [][]byte     // packet buffers of maxPacket bytes ready for reuse
+	freeBig [][]byte     // packet buffers of bufCap bytes (large segments) ready for reuse
 	bufCap  atomic.Int64 // capacity of packet buffers: maxPacket, more with large segments
 	maxSeg  atomic.Int32 // largest QP segment size allowed; 0 = extension off
 	// spinners counts goroutines spinning on this context's results
@@ -519,14 +520,24 @@ const (
 	maxFreeBytes = 32 << 20
 )
 
-// getBuf returns an empty packet buffer with room for the largest packet
-// the context builds.
-func (c *Context) getBuf() []byte {
-	want := int(c.bufCap.Load())
+// getBuf returns an empty packet buffer with room for a packet of up to
+// 4096 payload bytes (every packet a QP on the path MTU builds).
+func (c *Context) getBuf() []byte { return c.getBufFor(0) }
+
+// getBufFor returns an empty packet buffer with room for a packet of n
+// payload bytes. Packets of up to 4096 bytes get buffers of maxPacket
+// bytes even on a context with large segments, so that the QPs on the path
+// MTU (every stock peer's, and every client of a serve that also hosts
+// large-segment ones) do not allocate and recycle 60 KiB for each of them.
+func (c *Context) getBufFor(n int) []byte {
+	want, list := maxPacket, &c.free
+	if n > 4096 {
+		want, list = int(c.bufCap.Load()), &c.freeBig
+	}
 	c.bufMu.Lock()
-	for n := len(c.free); n > 0; n = len(c.free) {
-		b := c.free[n-1]
-		c.free = c.free[:n-1]
+	for k := len(*list); k > 0; k = len(*list) {
+		b := (*list)[k-1]
+		*list = (*list)[:k-1]
 		if cap(b) >= want {
 			c.bufMu.Unlock()
 			return b
@@ -538,12 +549,16 @@ func (c *Context) getBuf() []byte {
 
 func (c *Context) putBuf(b []byte) {
 	bc := int(c.bufCap.Load())
-	if cap(b) < bc {
-		return
-	}
 	c.bufMu.Lock()
-	if len(c.free) < min(maxFreeBufs, maxFreeBytes/bc) {
-		c.free = append(c.free, b[:0])
+	switch {
+	case cap(b) >= bc && bc > maxPacket:
+		if len(c.freeBig) < min(maxFreeBufs, maxFreeBytes/bc) {
+			c.freeBig = append(c.freeBig, b[:0])
+		}
+	case cap(b) >= maxPacket:
+		if len(c.free) < min(maxFreeBufs, maxFreeBytes/maxPacket) {
+			c.free = append(c.free, b[:0])
+		}
 	}
 	c.bufMu.Unlock()
 }

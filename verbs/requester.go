@@ -306,7 +306,7 @@ func (qp *QP) sendData(w *sendWQE, h *wire.Headers, now time.Time) bool {
 			qp.req.noAckPkts = 0
 		}
 	}
-	buf := h.Append(c.getBuf())
+	buf := h.Append(c.getBufFor(int(n)))
 	hl := len(buf)
 	var zc []byte // the payload, sent from registered memory
 	if n >= zeroCopyMin && w.inline == nil && c.gathers {
@@ -386,7 +386,7 @@ func (qp *QP) sendUD(w *sendWQE) {
 		h.ImmDt.Imm = w.wr.ImmData
 	}
 	h.BTH.SE = w.wr.Flags&SendSolicited != 0
-	buf := h.Append(c.getBuf())
+	buf := h.Append(c.getBufFor(int(w.length)))
 	hl := len(buf)
 	buf = buf[:hl+int(w.length)]
 	if w.inline != nil {

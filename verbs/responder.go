@@ -217,7 +217,7 @@ func (qp *QP) sendReadResponses(res *rdResource, from PSN, end uint32) {
 			h.BTH.Opcode = wire.ReadResponseMiddle
 		}
 		h.AETH = wire.AETHFields{Syndrome: wire.SyndromeACK, MSN: res.msn}
-		buf := h.Append(c.getBuf())
+		buf := h.Append(c.getBufFor(int(n)))
 		hl := len(buf)
 		var zc []byte // the payload, sent from registered memory
 		if n > 0 {

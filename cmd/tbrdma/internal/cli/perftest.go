@@ -481,7 +481,11 @@ func (t *perftest) openExchange(ctx context.Context) (_ *perf.Comm, done func(),
 		return nil, done, err
 	}
 	if o.served != nil {
-		return o.served.comm, done, nil // the versions are exchanged
+		// serve has exchanged the versions, with a dedicated server's
+		// offers: take what the client agreed to.
+		t.peerWindow = o.served.comm.PeerWindow
+		t.seg = o.served.comm.PeerSegment
+		return o.served.comm, done, nil
 	}
 	comm := perf.NewComm(conn, o.Peer == "")
 	if o.Peer != "" {

@@ -154,6 +154,10 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		// that the sessions that spin on their CQs (the latency tests)
 		// are answered as fast; an idle serve polls nothing.
 		hooks.Of(d).SetBusyPoll(perf.BusyPollWindow)
+		// Large segments for the clients that offer them (serve_oob.go), as
+		// far as the link carries them; QPs that do not agree on them (every
+		// stock peer's) keep the path MTU.
+		serveSegments(d, log)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -276,4 +280,23 @@ func routeOOB(c net.Conn, servers map[netip.Addr]*oobServer, anyIface bool) (*oo
 		}
 	}
 	return nil, fmt.Errorf("refused the connection from %v: it arrived at %v, an address serve does not serve (see its \"listening on\" lines); have the client use one of those", peer, local)
+}
+
+// serveSegments enables large segments on a served device, as large as its
+// link carries (the largest there is for a device on no interface, as a
+// dedicated server offers), for the clients that offer them; QPs that do
+// not agree on them (every stock peer's) keep the path MTU. When the
+// device cannot take them, serve says so and offers none.
+func serveSegments(d *verbs.Context, log io.Writer) {
+	n := verbs.SegmentSizeLimit
+	dev := d.Device()
+	if dev != nil && dev.LinkMTU > 0 {
+		n = verbs.SegmentSizeForLink(dev.LinkMTU)
+	}
+	if n == 0 {
+		return
+	}
+	if err := d.SetMaxSegmentSize(n); err != nil && dev != nil {
+		fmt.Fprintf(log, "tbrdma serve: %v: no large segments for the clients that offer them: %v\n", d.LocalAddr().Addr(), err)
+	}
 }

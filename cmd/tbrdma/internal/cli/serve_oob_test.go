@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
+	"github.com/tbrdma/tbrdma/transport"
 	"github.com/tbrdma/tbrdma/verbs"
 )
 
@@ -236,5 +237,59 @@ func TestServeHint(t *testing.T) {
 	}
 	if o, err := pingpongFromHint(""); err != nil || o.Size != 4096 || o.Iters != 1000 {
 		t.Errorf("pingpong without a hint: %+v, %v", o, err)
+	}
+}
+
+// A client with --large-segments gets them through serve as from a
+// dedicated server (the agreement note, packets far above 4096 bytes, the
+// bytes READ are serve's pattern); a client without them on the same serve
+// keeps the path MTU.
+func TestServeLargeSegments(t *testing.T) {
+	sa, ca := rdmaAddr(t), rdmaAddr(t)
+	_, errOf := startServeLog(t, sa)
+	waitServeLog(t, errOf, "port 18515 (TCP, pingpong and perftest clients)")
+	const size = 200000
+	client := func(args ...string) (buf []byte, stderr string, stats transport.Stats) {
+		t.Helper()
+		f, _, errOut := testFactory()
+		var ctx *verbs.Context
+		open := f.OpenDevice
+		f.OpenDevice = func(a netip.Addr) (*verbs.Context, error) {
+			c, err := open(a)
+			ctx = c
+			return c, err
+		}
+		o := parsePerftest(t, f, readBWTest, append(args, "-s", itoa(size), "-n", "20", "--bind", ca.String(), sa.String())...)
+		o.Inspect = func(b []byte) { buf = bytes.Clone(b) }
+		if err := runPerftest(context.Background(), o); err != nil {
+			t.Fatalf("read-bw %v through serve: %v\nstderr:\n%s\nserve:\n%s", args, err, errOut, errOf())
+		}
+		return buf, errOut.String(), ctx.TransportStats()
+	}
+	checkData := func(buf []byte) {
+		t.Helper()
+		for i := range size {
+			if buf[i] != byte(i%251+1) {
+				t.Fatalf("byte %d READ is %d, want serve's pattern %d", i, buf[i], byte(i%251+1))
+			}
+		}
+	}
+
+	buf, cerr, st := client("--large-segments")
+	if !strings.Contains(cerr, "large segments: 61440-byte packets, agreed with the peer") {
+		t.Fatalf("client's stderr lacks the agreement note:\n%s", cerr)
+	}
+	checkData(buf)
+	if st.PacketsIn == 0 || st.BytesIn/st.PacketsIn < 8192 {
+		t.Fatalf("client received %d bytes in %d packets: segments were not large", st.BytesIn, st.PacketsIn)
+	}
+
+	buf, cerr, st = client()
+	if strings.Contains(cerr, "large segments") {
+		t.Fatalf("a client without --large-segments mentions them:\n%s", cerr)
+	}
+	checkData(buf)
+	if st.PacketsIn == 0 || st.BytesIn/st.PacketsIn > 4096+64 {
+		t.Fatalf("client without --large-segments received %d bytes in %d packets: larger than the path MTU", st.BytesIn, st.PacketsIn)
 	}
 }
