@@ -301,37 +301,25 @@ fi_pp() {
 
 # ------------------------------------------------------------------ tbrdma
 # tb KEY CMD ARGS... : tbrdma CMD server in NS_B, client in NS_A; parses the
-# client's result row. Sets TB_ROW to the row's fields.
+# client's result row. Sets TB_ROW to the row's fields. A KEY serve_* runs
+# "tbrdma serve" as the server instead (started for this one client, so
+# that each measurement starts alike), with the same client command.
 tb() {
   local k=$1 cmd=$2; shift 2
-  local k2="$k.r$REP" rc row bin=$BIN
+  local k2="$k.r$REP" rc row bin=$BIN grace=5
   [[ "$k" == old_* ]] && bin=$OLD_BIN
   TB_ROW=
-  srv "$k2" 90 env "${TB_ENV[@]}" "$bin" "$cmd" --bind $IP_B --timeout 80s "$@"
+  if [[ "$k" == serve_* ]]; then
+    srv "$k2" 90 env "${TB_ENV[@]}" "$bin" serve --bind $IP_B --no-advertise
+    grace=0   # serve does not end with its client
+  else
+    srv "$k2" 90 env "${TB_ENV[@]}" "$bin" "$cmd" --bind $IP_B --timeout 80s "$@"
+  fi
   wait_listen tcp 18515 || { fail "$k" "server did not listen: $(tail -c 200 "$LOGDIR/$k2.srv.err")"; srv_done "$SRV"; return 1; }
   cli "$k2" 90 env "${TB_ENV[@]}" "$bin" "$cmd" --bind $IP_A --timeout 80s "$@" $IP_B
   rc=$?
-  srv_done "$SRV" 5
+  srv_done "$SRV" "$grace"
   # the result row: first field = #bytes, second = #iterations, all numeric
-  row=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 5 {l = $0} END {print l}' "$LOGDIR/$k2.cli.out")
-  if [ $rc -ne 0 ] || [ -z "$row" ]; then
-    fail "$k" "rep $REP: rc=$rc $(tail -c 300 "$LOGDIR/$k2.cli.err" | tr '\n' ' ')"
-    return 1
-  fi
-  TB_ROW=$row
-}
-# tb_served KEY CMD ARGS... : as tb, but the server is "tbrdma serve" in NS_B
-# (started for this one client, so that each measurement starts alike), and
-# the client's command is the same as against a dedicated server.
-tb_served() {
-  local k=$1 cmd=$2; shift 2
-  local k2="$k.r$REP" rc row
-  TB_ROW=
-  srv "$k2" 90 env "${TB_ENV[@]}" "$BIN" serve --bind $IP_B --no-advertise
-  wait_listen tcp 18515 || { fail "$k" "serve did not listen: $(tail -c 200 "$LOGDIR/$k2.srv.err")"; srv_done "$SRV"; return 1; }
-  cli "$k2" 90 env "${TB_ENV[@]}" "$BIN" "$cmd" --bind $IP_A --timeout 80s "$@" $IP_B
-  rc=$?
-  srv_done "$SRV" 0
   row=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 5 {l = $0} END {print l}' "$LOGDIR/$k2.cli.out")
   if [ $rc -ne 0 ] || [ -z "$row" ]; then
     fail "$k" "rep $REP: rc=$rc $(tail -c 300 "$LOGDIR/$k2.cli.err" | tr '\n' ' ')"
@@ -341,8 +329,7 @@ tb_served() {
 }
 tb_bw() {  # tb_bw KEY SIZE ITERS [flags...] : write-bw, BW average MiB/s -> B/s
   local k=$1 s=$2 n=$3; shift 3
-  if [[ "$k" == serve_* ]]; then tb_served "$k" write-bw -s "$s" -n "$n" "$@" || return
-  else tb "$k" write-bw -s "$s" -n "$n" "$@" || return; fi
+  tb "$k" write-bw -s "$s" -n "$n" "$@" || return
   set -- $TB_ROW   # bytes iters peak[MiB/s] avg[MiB/s] Mpps
   isnum "$4" || { fail "$k" "rep $REP: bad row: $TB_ROW"; return; }
   rec "$k.bw" B/s "$(awk -v m="$4" 'BEGIN{printf "%.0f", m * 1048576}')"
@@ -352,8 +339,7 @@ tb_bw() {  # tb_bw KEY SIZE ITERS [flags...] : write-bw, BW average MiB/s -> B/s
 }
 tb_lat() {  # tb_lat KEY CMD [flags...] : t_typical (median) and p99 in us
   local k=$1 cmd=$2; shift 2
-  if [[ "$k" == serve_* ]]; then tb_served "$k" "$cmd" -s 64 -n "$LAT_ITERS" "$@" || return
-  else tb "$k" "$cmd" -s 64 -n "$LAT_ITERS" "$@" || return; fi
+  tb "$k" "$cmd" -s 64 -n "$LAT_ITERS" "$@" || return
   set -- $TB_ROW   # bytes iters t_min t_max t_typical t_avg t_stdev p99 p99.9
   isnum "$5" || { fail "$k" "rep $REP: bad row: $TB_ROW"; return; }
   rec "$k.t_typical" us "$5"; rec "$k.t_avg" us "$6"; rec "$k.t_min" us "$3"
