@@ -178,7 +178,7 @@ func pingpongFromHint(h string) (*pingpongOptions, error) {
 		}
 		o.Chk = c == 1
 		if ud, _ := hintInt(kv, "ud", 0, 1); ud == 1 {
-			return nil, errors.New("the client runs pingpong --ud, which tbrdma serve does not host: run \"tbrdma pingpong --ud\" on this machine for it")
+			return nil, errors.New("tbrdma serve does not host pingpong --ud: on the server's machine run \"tbrdma pingpong --ud -p 18516\" (serve holds its --oob-port, 18515 by default), and give the client the same -p")
 		}
 	}
 	switch o.MTU {
@@ -348,9 +348,12 @@ func (s *oobServer) pingpong(ctx context.Context, c net.Conn, say func(string, .
 	if err := pp.setupQP(); err != nil {
 		return err
 	}
-	// ServeLID tells a tbrdma client to send its test hint after "done".
+	// CheckLID tells a tbrdma client to send its test hint after "done"
+	// and wait for the verdict: PingpongAccept once the QP is up and the
+	// receives posted, or a refusal saying why (a stock client ignores
+	// the LID and sends "done" alone).
 	my := pp.my
-	my.LID = perf.ServeLID
+	my.LID = perf.CheckLID
 	if _, err := c.Write(my.Marshal()); err != nil {
 		return fmt.Errorf("couldn't send local address: %w", err)
 	}
@@ -361,6 +364,9 @@ func (s *oobServer) pingpong(ctx context.Context, c net.Conn, say func(string, .
 	}
 	o, err := pingpongFromHint(hint)
 	if err != nil {
+		if hint != "" {
+			return refuseClient(c, err.Error())
+		}
 		return err
 	}
 	o.IO, o.Now = s.testIO(), s.now
@@ -376,6 +382,11 @@ func (s *oobServer) pingpong(ctx context.Context, c net.Conn, say func(string, .
 	}
 	if err := pp.setupBuf(); err != nil {
 		return err
+	}
+	if hint != "" {
+		if err := perf.PingpongAccept(c); err != nil {
+			return err
+		}
 	}
 	c.Close()
 	if err := pp.loop(ctx, false); err != nil {

@@ -293,3 +293,31 @@ func TestServeLargeSegments(t *testing.T) {
 		t.Fatalf("client without --large-segments received %d bytes in %d packets: larger than the path MTU", st.BytesIn, st.PacketsIn)
 	}
 }
+
+// A pingpong --ud client, which serve does not host, is refused at once
+// with serve's reason on both ends (not left to time out on its SENDs);
+// a plain pingpong client right after is served.
+func TestServeRefusesUDPingpong(t *testing.T) {
+	sa, ca := rdmaAddr(t), rdmaAddr(t)
+	_, errOf := startServeLog(t, sa)
+	waitServeLog(t, errOf, "port 18515 (TCP, pingpong and perftest clients)")
+	f, _, errOut := testFactory()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	code := run(ctx, f, []string{"pingpong", "--ud", "-n", "5", "--bind", ca.String(), sa.String()})
+	took := time.Since(start)
+	const why = `tbrdma serve does not host pingpong --ud: on the server's machine run "tbrdma pingpong --ud -p 18516"`
+	if code == ExitOK || !strings.Contains(errOut.String(), "the server refused the test: "+why) {
+		t.Fatalf("pingpong --ud through serve: exit %d after %v, stderr:\n%s", code, took, errOut)
+	}
+	if strings.Contains(errOut.String(), "stopped answering") {
+		t.Fatalf("the client waited for its SENDs instead of reading the refusal:\n%s", errOut)
+	}
+	waitServeLog(t, errOf, "refused client "+ca.String()+": "+why)
+
+	f, out, errOut := testFactory()
+	if code := run(ctx, f, []string{"pingpong", "-n", "5", "--bind", ca.String(), sa.String()}); code != ExitOK {
+		t.Fatalf("pingpong after the refusal: exit %d\n%s\n%s", code, out, errOut)
+	}
+}

@@ -15,8 +15,10 @@ import (
 // "LLLL:QQQQQQ:PPPPPP:" + 32 hex digits of GID + NUL.
 const PingpongMsgLen = 52
 
-// ServeLID is the LID "tbrdma serve" puts in its pingpong address message
-// ("tb" in ASCII). LIDs mean nothing on RoCE (every tool sends 0000 and
+// ServeLID is the LID "tbrdma serve" put in its pingpong address message
+// ("tb" in ASCII) before it answered hints with a verdict, as one-test
+// servers do (CheckLID, which serve now sends too); clients still send the
+// hint to a server that shows it. LIDs mean nothing on RoCE (every tool sends 0000 and
 // routes by GID), so a stock client ignores it; a tbrdma client sends its
 // test hint only to a server that showed it, because a stock
 // ibv_rc_pingpong server insists on reading exactly "done" (5 bytes) and
