@@ -27,6 +27,9 @@ type Factory struct {
 	// WrapConn, when set by --fault, wraps the UDP endpoint of every
 	// device OpenDevice opens (fault.go).
 	WrapConn func(transport.Conn) transport.Conn
+	// PSK is set by --psk-file: every device OpenDevice opens checks the
+	// key on rdma_cm connection setup (psk.go).
+	PSK bool
 	// BrowsePeers is the mDNS browse that completes peer arguments
 	// (completion_peers.go), discovery.Browse; nil: no browse.
 	BrowsePeers func(context.Context, *discovery.Options) ([]discovery.Peer, error)

@@ -48,6 +48,7 @@ func loadPSK(path string) ([]byte, error) {
 // rdma_cm connection setup (rdmacm.SetDevicePSK): ping (rping), udaddy
 // (SIDR), perftest -R and cat pick it up without further plumbing.
 func withPSK(f *Factory, key []byte) {
+	f.PSK = true
 	open := f.OpenDevice
 	f.OpenDevice = func(addr netip.Addr) (*verbs.Context, error) {
 		v, err := open(addr)

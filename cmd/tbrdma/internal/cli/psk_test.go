@@ -81,3 +81,37 @@ func TestPSKFlag(t *testing.T) {
 		t.Fatalf("good key from %s: exit %d, stderr %q", pskEnv, code, errOut.String())
 	}
 }
+
+// TestServePSKHostsNoTCPTests: with a key, serve hosts no pingpong or
+// perftest clients on TCP (their exchange carries no key) unless
+// --oob-port is given, and then it warns; without a key it hosts them.
+func TestServePSKHostsNoTCPTests(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		psk     bool
+		args    []string
+		oobPort int
+		note    string
+	}{
+		{"no key", false, nil, 18515, ""},
+		{"key", true, nil, 0, "--psk-file: not hosting pingpong and perftest clients on TCP (their exchange carries no key); give --oob-port 18515 to host them without it"},
+		{"key and --oob-port", true, []string{"--oob-port", "18600"}, 18600, "warning: --psk-file covers rdma_cm connections only: the pingpong and perftest clients on TCP port 18600 are served without the key"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f, _, errOut := testFactory()
+			f.PSK = c.psk
+			var opts *serveOptions
+			cmd := newCmdServe(f, func(o *serveOptions) error { opts = o; return nil })
+			cmd.SetArgs(c.args)
+			if err := cmd.Execute(); err != nil {
+				t.Fatal(err)
+			}
+			if opts.OOBPort != c.oobPort {
+				t.Errorf("--oob-port %d, want %d", opts.OOBPort, c.oobPort)
+			}
+			if c.note == "" && errOut.Len() != 0 || !strings.Contains(errOut.String(), c.note) {
+				t.Errorf("stderr %q, want %q", errOut.String(), c.note)
+			}
+		})
+	}
+}

@@ -110,6 +110,16 @@ and exits 0.`,
 			if opts.MaxConns < 1 {
 				return FlagErrorf("invalid --max-conns %d: want 1 or more", opts.MaxConns)
 			}
+			if f.PSK && opts.OOBPort != 0 {
+				// The TCP exchange of pingpong and perftest carries no
+				// key: a keyed serve does not host them unless asked to.
+				if c.Flags().Changed("oob-port") {
+					fmt.Fprintf(f.IO.ErrOut, "tbrdma serve: warning: --psk-file covers rdma_cm connections only: the pingpong and perftest clients on TCP port %d are served without the key\n", opts.OOBPort)
+				} else {
+					opts.OOBPort = 0
+					fmt.Fprintf(f.IO.ErrOut, "tbrdma serve: --psk-file: not hosting pingpong and perftest clients on TCP (their exchange carries no key); give --oob-port 18515 to host them without it\n")
+				}
+			}
 			if runF != nil {
 				return runF(opts)
 			}
@@ -120,7 +130,7 @@ and exits 0.`,
 	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` to serve on (default: every IPv4 address of the Thunderbolt interfaces)")
 	fl.IntVarP(&opts.Port, "port", "p", rping.DefaultPort, "rdma_cm `port` to listen on (0: any free port, printed on stderr)")
 	fl.BoolVarP(&opts.Verbose, "verbose", "v", false, `print rping's "server ping data" lines`)
-	fl.IntVar(&opts.OOBPort, "oob-port", 18515, "TCP `port` for pingpong and perftest clients (0: host none)")
+	fl.IntVar(&opts.OOBPort, "oob-port", 18515, "TCP `port` for pingpong and perftest clients (0: host none; with --psk-file 0 unless given, as their exchange carries no key)")
 	fl.IntVar(&opts.MaxConns, "max-conns", 64, "connections served at once per address; more are rejected")
 	fl.BoolVar(&opts.NoAdvertise, "no-advertise", false, "do not advertise this machine on mDNS (_tbrdma._udp)")
 	fl.StringSliceVar(&opts.Ifaces, "iface", nil, "advertise on the interface `name` (repeatable; default: the Thunderbolt interfaces served)")
