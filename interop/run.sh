@@ -426,8 +426,10 @@ data_check() {
         [ $DATA_OK = 1 ] || DATA="iters line: guest $gi, tbrdma $ti; bad-data lines $inval"
         ;;
     ib_*)
-        local n want gr tr gb tb
+        local n want gr tr gb tb q
         n=$(opt -n "" "${gw[@]}")
+        q=$(opt -q 1 "${gw[@]}")   # -q: a row counts -n on every QP
+        [ -n "$n" ] && n=$((n * q))
         want=1
         has -a "${gw[@]}" && want=23
         read -r gr gb <<<"$(perf_rows "$g" "$n")"

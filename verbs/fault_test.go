@@ -7,12 +7,14 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/tbrdma/tbrdma/transport"
 	"github.com/tbrdma/tbrdma/transport/transporttest"
+	"github.com/tbrdma/tbrdma/transport/wire"
 	"github.com/tbrdma/tbrdma/verbs"
 	"github.com/tbrdma/tbrdma/verbs/verbstest"
 )
@@ -388,4 +390,87 @@ func TestWindowFallbackAfterLostACKs(t *testing.T) {
 		p.B.Ctx.Close()
 		n.Close()
 	})
+}
+
+// TestNarrowWindowAsksForACK: a QP whose window (SetSendWindow 16, as the
+// perftest commands' -q shares a window among QPs) is narrower than the
+// periodic AckReq (every 64 packets) sends a 100-packet WRITE. The
+// requester asks for an ACK on the packet that fills the window, so the
+// WRITE completes without a retransmit timeout; and a lost packet does
+// not widen the window to the default 128 (the fallback after a loss is
+// for windows SetSendWindow widened). Fake clock.
+func TestNarrowWindowAsksForACK(t *testing.T) {
+	for _, lose := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			p, n := memPair(t, 5, transporttest.Faults{}, verbstest.Options{BufSize: 128 << 10, PathMTU: verbs.MTU1024,
+				Timeout: 14, RetryCnt: 7, SetRetry: true, RNRRetry: 7})
+			a, b := p.A, p.B
+			const window = 16
+			if err := a.QP.SetSendWindow(window); err != nil {
+				t.Fatal(err)
+			}
+			aAddr, bAddr := a.Ctx.LocalAddr(), b.Ctx.LocalAddr()
+			var mu sync.Mutex
+			// ahead: how far A's highest PSN sent runs past the last
+			// PSN B answered (an ACK's, or a NAK's expected one)
+			var top, answered wire.PSN
+			sent, dropped, started, ahead := 0, false, false, int32(0)
+			n.SetFilter(func(d transporttest.Dir, pkt []byte) transporttest.Verdict {
+				mu.Lock()
+				defer mu.Unlock()
+				if len(pkt) < wire.BTHSize {
+					return transporttest.Pass
+				}
+				psn := wire.BTH(pkt[:wire.BTHSize]).PSN()
+				switch d.From {
+				case aAddr:
+					if !started {
+						started, top, answered = true, psn, psn.Add(-1)
+					}
+					if top.Less(psn) {
+						top = psn
+					}
+					ahead = max(ahead, top.Diff(answered))
+					sent++
+					if lose && sent == 10 && !dropped {
+						dropped = true
+						return transporttest.Drop
+					}
+				case bAddr:
+					if answered.Less(psn) {
+						answered = psn
+					}
+				}
+				return transporttest.Pass
+			})
+			mustPost(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+				SGList: []verbs.SGE{a.MR.SGE(0, 100<<10)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()})
+			var wc [1]verbs.WC
+			start := time.Now()
+			for {
+				time.Sleep(100 * time.Microsecond)
+				if k, _ := a.CQ.Poll(wc[:]); k == 1 {
+					break
+				}
+				if time.Since(start) > 5*time.Second {
+					t.Fatal("no completion within 5 s")
+				}
+			}
+			if wc[0].Status != verbs.WCSuccess {
+				t.Fatalf("WRITE: %v, want success", wc[0].Status)
+			}
+			c := a.Ctx.Counters()
+			if !lose && (c.Timeouts != 0 || c.Retransmits != 0) {
+				t.Errorf("timeouts %d, retransmits %d: the full window did not ask for an ACK", c.Timeouts, c.Retransmits)
+			}
+			mu.Lock()
+			if ahead > window {
+				t.Errorf("lose %v: %d PSNs sent past the last answered, window %d", lose, ahead, window)
+			}
+			mu.Unlock()
+			p.A.Ctx.Close()
+			p.B.Ctx.Close()
+			n.Close()
+		})
+	}
 }

@@ -44,14 +44,15 @@ const MaxSendWindow = 2048
 // fewer for large segments.
 func (qp *QP) unackedLimit() int32 {
 	w := maxUnackedPSNs
-	if qp.window > 0 && !qp.req.lossy {
-		w = qp.window
+	if qp.window > 0 && (!qp.req.lossy || qp.window < w) {
+		w = qp.window // a loss never widens a narrow window
 	}
 	return int32(min(w, max(16, maxUnackedBytes/max(qp.pmtu, 1))))
 }
 
 // lossSeen notes a loss (a PSN-sequence NAK, a timeout): a QP that
-// SetSendWindow widened falls back to the default window for good.
+// SetSendWindow widened falls back to the default window for good (one it
+// narrowed keeps its window: several QPs share a peer's buffer so).
 // Go-back-N resends everything after a lost packet, so each loss costs a
 // whole window, and a wide window costs more per loss than it gains (the
 // figures are in docs/performance.md). The wide window is for a clean
@@ -66,7 +67,10 @@ func (qp *QP) lossSeen() { qp.req.lossy = true }
 // (its perftest exchange or connection said so), whose 8 MiB socket buffer
 // takes a larger burst. rdma_rxe's responder keeps up with 128; more would
 // only fill its queues. After the QP's first loss the default applies
-// again for good (lossSeen): go-back-N pays a window per loss. A wider
+// again for good (lossSeen), unless n is narrower: go-back-N pays a
+// window per loss. A narrower window suits several QPs toward one peer,
+// which share its buffer (the perftest commands' -q); one narrower than
+// 64 packets asks for an ACK when it fills. A wider
 // window pays at 4096-byte packets: with 128, two ACK intervals
 // (maxPktsPerAck) fill it, and the sender waits for the receiver's
 // turnaround (docs/performance.md).
@@ -301,7 +305,16 @@ func (qp *QP) sendData(w *sendWQE, h *wire.Headers, now time.Time) bool {
 	}
 	if qp.typ == QPTypeRC {
 		qp.req.noAckPkts++
-		if last || qp.req.noAckPkts >= maxPktsPerAck {
+		// A window narrower than maxPktsPerAck (SetSendWindow) fills
+		// before the periodic AckReq: ask for an ACK on the packet
+		// that fills it, else the requester waits for its timer; but
+		// not again within half a window of the last ask, whose ACK
+		// frees that much (one per packet would double the packets on
+		// the link once every ACK refills the window).
+		lim := qp.unackedLimit()
+		full := lim < maxPktsPerAck && h.BTH.PSN.Next().Diff(qp.req.compPSN) >= lim &&
+			int32(qp.req.noAckPkts) >= max(lim/2, 1)
+		if last || qp.req.noAckPkts >= maxPktsPerAck || full {
 			h.BTH.AckReq = true
 			qp.req.noAckPkts = 0
 		}

@@ -61,6 +61,12 @@ var mismatchFlagRows = []struct{ server, client mismatchEnd }{
 		mismatchEnd{"send-lat -n 60", []string{"send-lat", "-n", "60"}, false, false, true}},
 	{mismatchEnd{"atomic-lat", []string{"atomic-lat", "-n", "50"}, false, false, true},
 		mismatchEnd{"atomic-lat -A CMP_AND_SWAP", []string{"atomic-lat", "-n", "50", "-A", "CMP_AND_SWAP"}, false, false, true}},
+	{mismatchEnd{"write-bw -q 4", []string{"write-bw", "-n", "50", "-q", "4"}, false, false, true},
+		mismatchEnd{"write-bw -q 2", []string{"write-bw", "-n", "50", "-q", "2"}, false, false, true}},
+	{mismatchEnd{"send-bw", []string{"send-bw", "-n", "50"}, false, false, true},
+		mismatchEnd{"send-bw -q 3", []string{"send-bw", "-n", "50", "-q", "3"}, false, false, true}},
+	{mismatchEnd{"read-bw -q 2", []string{"read-bw", "-n", "50", "-q", "2"}, false, false, true},
+		mismatchEnd{"read-bw", []string{"read-bw", "-n", "50"}, false, false, true}},
 	{mismatchEnd{"pingpong -s 4096", []string{"pingpong", "-n", "10"}, false, false, false},
 		mismatchEnd{"pingpong -s 8192", []string{"pingpong", "-n", "10", "-s", "8192"}, false, false, false}},
 	{mismatchEnd{"pingpong -n 10", []string{"pingpong", "-n", "10"}, false, false, false},
@@ -81,7 +87,7 @@ const mismatchBound = 10 * time.Second
 // udaddy) must fail; that server, which never saw a client, is stopped.
 func TestMismatchNeverHangs(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: runs 117 client/server pairs of the built binary")
+		t.Skip("-short: runs 120 client/server pairs of the built binary")
 	}
 	bin := tbrdma(t)
 	type row struct{ server, client mismatchEnd }

@@ -55,6 +55,12 @@ func TestExitCodes(t *testing.T) {
 		{"perftest -D", []string{"write-bw", "-D", "5", "x"}, ExitUsage, "perftest's -D/--duration (run for a time) is not supported: give a count with -n ITERATIONS\nUsage:"},
 		{"perftest --out_json", []string{"send-lat", "--out_json"}, ExitUsage, "perftest's --out_json is tbrdma's --json"},
 		{"perftest -Q on a latency test", []string{"read-lat", "-Q", "1", "x"}, ExitUsage, "applies to the bandwidth tests only"},
+		{"perftest -q on a latency test", []string{"write-lat", "-q", "2", "x"}, ExitUsage,
+			"tbrdma: unknown shorthand flag: 'q' in -q\nperftest's -q/--qp (several QPs) applies to the bandwidth tests only (write-bw, read-bw, send-bw), as in perftest, whose latency tests refuse it\n"},
+		{"--qp on a latency test", []string{"send-lat", "--qp=2", "x"}, ExitUsage, "perftest's -q/--qp (several QPs) applies to the bandwidth tests only"},
+		{"-q 0", []string{"write-bw", "-q", "0", "x"}, ExitUsage, "invalid -q 0: 1..1024"},
+		{"-q with -R", []string{"read-bw", "-q", "2", "-R", "x"}, ExitUsage, "-q 2 works with the TCP exchange only, not with -R"},
+		{"-q buffer", []string{"send-bw", "-q", "1024", "-a", "x"}, ExitUsage, "-q 1024 with -a needs a 16384 MiB buffer"},
 		{"help", []string{"pingpong", "--help"}, ExitOK, ""},
 		{"peer failed", []string{"pingpong", "-p", "1", "--bind", "127.0.0.1", "127.0.0.1"}, ExitFailed, "couldn't connect to 127.0.0.1:1"},
 	}

@@ -51,7 +51,8 @@ func (m mismatchFlags) String() string {
 //   - a buffer (-s) at least as large as the client's messages; write-lat
 //     and send-lat, where the server sends as well, the same -s;
 //   - where the server counts messages (send-bw, send-lat, write-lat,
-//     atomic-lat) the same -n, and for atomic-lat the same -A.
+//     atomic-lat) the same -n, and for atomic-lat the same -A;
+//   - the same -q (each end exchanges one description per QP).
 func perftestMismatch(o *perftestOptions, h string) string {
 	test, kv, err := parseHint(h)
 	if err != nil {
@@ -77,6 +78,14 @@ func perftestMismatch(o *perftestOptions, h string) string {
 	}
 	if cl.test == sv.test && k.verb == perf.VerbAtomic && cl.a != sv.a {
 		extra = append(extra, fmt.Sprintf("-A %s, this server -A %s", cl.a, sv.a))
+	}
+	if cl.test == sv.test {
+		switch q, err := hintQPs(kv); {
+		case err != nil:
+			extra = append(extra, fmt.Sprintf("-q %s (%v), this server -q %d", kv["q"], err, o.qps()))
+		case q != o.qps():
+			extra = append(extra, fmt.Sprintf("-q %d, this server -q %d", q, o.qps()))
+		}
 	}
 	if !bad && len(extra) == 0 {
 		return ""

@@ -53,6 +53,7 @@ type perftestOptions struct {
 	IBPort     int
 	Size       int
 	Iters      int
+	QPs        int // -q: QPs in the test (bandwidth tests; 1 for the others)
 	MTU        int
 	GIDIdx     int
 	Conn       string
@@ -103,6 +104,14 @@ type perftestOptions struct {
 func newCmdPerftest(f *Factory, k *perftestKind, runF func(*perftestOptions) error) *cobra.Command {
 	opts := &perftestOptions{IO: f.IO, Now: f.Now, Kind: k}
 	opts.Addrs = servingAddrsFunc(&opts.AnyInterface)
+	qps := ""
+	if k.bw {
+		qps = `
+
+-q N (--qp) runs N QPs at once, as perftest's -q: -n iterations on each,
+one row for all of them. Both ends need the same -q; a different one is
+refused at once, by a tbrdma server and in the key exchange alike.`
+	}
 	cmd := &cobra.Command{
 		Use:   k.name + " [flags] [peer]",
 		Short: fmt.Sprintf("%s, compatible with perftest's %s", testTitle(k), k.stock),
@@ -122,7 +131,7 @@ rdma_cm on -p (port space RDMA_PS_TCP), a first connection carries the
 exchange in SENDs, a second one is the test's QP. Without --bind a -R server
 listens on every up IPv4 address of the Thunderbolt interfaces (with
 --any-interface: of every non-loopback interface); a client uses the source
-address the kernel routes to the peer from.`, k.stock, k.stock, perf.Version),
+address the kernel routes to the peer from.%s`, k.stock, k.stock, perf.Version, qps),
 		Example: fmt.Sprintf(`  %s -d rxe0 -x 1 -F                     # stock server on 198.18.0.2
   tbrdma %s 198.18.0.2                       # tbrdma client`, k.stock, k.name),
 		Args:              maxArgs(1),
@@ -168,6 +177,7 @@ address the kernel routes to the peer from.`, k.stock, k.stock, perf.Version),
 	if k.bw {
 		fl.IntVarP(&opts.TxDepth, "tx-depth", "t", 128, "size of the send queue")
 		fl.IntVarP(&opts.CQMod, "cq-mod", "Q", 100, "generate a completion every `n` messages (1 when size > 8192)")
+		fl.IntVarP(&opts.QPs, "qp", "q", 1, fmt.Sprintf("run `n` QPs at once (1-%d), -n iterations each; the row sums them (both ends need the same -q)", maxQPs))
 	}
 	if k.verb == perf.VerbSend {
 		fl.IntVarP(&opts.RxDepth, "rx-depth", "r", 512, "size of the receive queue")
@@ -223,11 +233,23 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 	if o.LargeSegments && o.RDMACM {
 		return FlagErrorf("--large-segments works with the TCP exchange only, not with -R: drop one of them")
 	}
+	if !o.Kind.bw {
+		o.QPs = 1 // perftest's latency tests have no -q (usage.go)
+	}
+	if o.QPs < 1 || o.QPs > maxQPs {
+		return FlagErrorf("invalid -q %d: 1..%d", o.QPs, maxQPs)
+	}
+	if o.QPs > 1 && o.RDMACM {
+		return FlagErrorf("-q %d works with the TCP exchange only, not with -R (one rdma_cm connection per QP is not supported): drop -R, or run -q 1", o.QPs)
+	}
 	if o.All {
 		o.Size = 1 << maxSizePow // perftest's buffer size with -a
 	}
 	if o.Size < 1 || o.Size > verbs.MaxMessageSize/2 {
 		return FlagErrorf("invalid -s %d", o.Size)
+	}
+	if need := bufferSize(o.Size, o.QPs); o.QPs > 1 && need > maxBuffer {
+		return FlagErrorf("-q %d with %s needs a %d MiB buffer (two slices of the largest message per QP, as perftest), more than %d MiB: use fewer QPs or smaller messages", o.QPs, sizeFlag(o), need>>20, maxBuffer>>20)
 	}
 	if o.QPTimeout < 0 || o.QPTimeout > 31 {
 		return FlagErrorf("invalid --qp-timeout %d: 0..31", o.QPTimeout)
@@ -274,6 +296,32 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 // maxSizePow is the largest size of -a: perftest runs 2^1 … 2^23 bytes.
 const maxSizePow = 23
 
+// maxQPs bounds -q: perftest takes up to 16384, a tbrdma device has room
+// for verbs.MaxQP QPs in all, serve's shared by its clients.
+const maxQPs = 1024
+
+// qps is the number of QPs of the test: -q, at least 1.
+func (o *perftestOptions) qps() int { return max(o.QPs, 1) }
+
+// maxBuffer bounds a test's buffer (bufferSize).
+const maxBuffer = 1 << 30
+
+// bufferSize is the size of a test's buffer: for each QP, two slices of
+// the largest message, at least a page each (perftest's layout: the
+// first slices are what the QPs send or advertise, the second ones where
+// their receives land).
+func bufferSize(size, qps int) int {
+	return 2 * qps * max(size, os.Getpagesize())
+}
+
+// sizeFlag is -s SIZE, or -a, for messages.
+func sizeFlag(o *perftestOptions) string {
+	if o.All {
+		return "-a"
+	}
+	return fmt.Sprintf("-s %d", o.Size)
+}
+
 // sizes returns the message sizes to run: -s, or all of -a's.
 func (o *perftestOptions) sizes() []int {
 	if !o.All {
@@ -293,12 +341,14 @@ type perftest struct {
 	mr         *verbs.MR // the whole buffer, LOCAL_WRITE only: this side's own requests and receives
 	rmr        *verbs.MR // the advertised region alone, with the right the test grants the peer (peerAccess); nil: none
 	buf        []byte
-	half       int // offset of the buffer's second half (where write-lat's peer writes)
+	half       int // size of a QP's slice of the buffer (write-lat: where its peer writes, the second half)
 	qp         *verbs.QP
+	qps        []*verbs.QP // every QP of the test (-q), qp the first
 	w          perf.Waiter
 	pd         *verbs.PD
 	cm         *perftestCM // -R only
 	my         perf.Dest
+	mys        []perf.Dest // every QP's description, my the first
 	mtu        verbs.MTU
 	seg        int      // large-segment size agreed with the peer, 0 = the path MTU
 	peerWindow bool     // the peer is a tbrdma that made the window offer (perf.TbrdmaWindow)
@@ -431,22 +481,22 @@ func (t *perftest) run(ctx context.Context) error {
 	if err := t.exchangeParams(ctx, comm); err != nil {
 		return err
 	}
-	rem, err := t.exchangeKeys(comm)
+	rems, err := t.exchangeKeys(comm)
 	if err != nil {
 		return err
 	}
 	t.loop = t.newLoop()
 	switch {
 	case k.verb == perf.VerbSend:
-		return t.runSend(ctx, comm, rem)
+		return t.runSend(ctx, comm, rems)
 	case k.verb == perf.VerbWrite && !k.bw:
-		return t.runWriteLat(ctx, rem)
+		return t.runWriteLat(ctx, rems[0])
 	case server:
 		return t.serve(ctx, comm)
 	case !k.bw:
-		return t.runLat(ctx, comm, rem)
+		return t.runLat(ctx, comm, rems[0])
 	}
-	return t.runBW(ctx, comm, rem)
+	return t.runBW(ctx, comm, rems)
 }
 
 // openExchange connects the out-of-band exchange and opens the device with
@@ -544,7 +594,7 @@ func (t *perftest) exchangeParams(ctx context.Context, comm *perf.Comm) error {
 		return err
 	}
 	t.mtu = verbs.MTU(m)
-	t.info = perf.TestInfo{Verb: o.Kind.verb, BW: o.Kind.bw, AtomicType: o.AtomicType, Device: "tbrdma0", Server: server,
+	t.info = perf.TestInfo{Verb: o.Kind.verb, BW: o.Kind.bw, AtomicType: o.AtomicType, Device: "tbrdma0", QPs: len(t.qps), Server: server,
 		TxDepth: o.TxDepth, RxDepth: o.RxDepth, CQMod: o.CQMod, MTU: t.mtu.Bytes(), GIDIndex: o.GIDIdx, OutReads: o.OutReads,
 		RDMACM: o.RDMACM}
 	perf.PrintHeader(out, &t.info)
@@ -592,57 +642,150 @@ func (t *perftest) exchangeVersions(comm *perf.Comm) error {
 }
 
 // exchangeKeys runs the key exchanges of perftest 4.5 (as testdata/rxe's
-// captures show): two (latency) or one (bandwidth) before the QPs connect,
-// the last printed as the remote address; then two to synchronise, except
-// for send-lat (one), whose last one, like send-bw's, is per message size
-// once the receives are posted (runSend). Four in all before a run. It
-// connects the QP in between and returns the peer's description.
-func (t *perftest) exchangeKeys(comm *perf.Comm) (perf.Dest, error) {
+// captures show, and its sources for -q): one per QP (bandwidth), or two
+// of the first QP's (latency), before the QPs connect, printed as the
+// remote addresses; then, to synchronise, for write-bw and read-bw one per
+// QP and one of the first QP's, for send-bw one of the first QP's and one
+// per QP, for the latency tests two (send-lat one) of the first QP's. The
+// last synchronisation of send-lat and send-bw is per message size once
+// the receives are posted (runSend). Four in all before a run with one QP.
+// It connects the QPs in between and returns the peer's descriptions, one
+// per QP.
+func (t *perftest) exchangeKeys(comm *perf.Comm) ([]perf.Dest, error) {
 	o := t.o
 	k := o.Kind
 	out := t.human()
-	rem, err := comm.HandShake(t.my)
+	rems, err := t.shakeAll(comm, nil)
 	if err != nil {
-		return perf.Dest{}, err
+		return nil, err
 	}
-	perf.PrintDest(out, "local", t.my, k.verb)
 	if !k.bw {
-		if rem, err = comm.HandShake(t.my); err != nil {
-			return perf.Dest{}, err
+		if rems[0], err = comm.HandShake(t.my); err != nil {
+			return nil, err
 		}
 	}
-	perf.PrintDest(out, "remote", rem, k.verb)
+	for _, my := range t.mys {
+		perf.PrintDest(out, "local", my, k.verb)
+	}
+	for _, rem := range rems {
+		perf.PrintDest(out, "remote", rem, k.verb)
+	}
 	fmt.Fprintln(out, perf.Line)
 	// perftest checks the GID types only when it connects the QP itself.
-	if !o.RDMACM && verbs.GID(rem.GID).IsV4Mapped() != verbs.GID(t.my.GID).IsV4Mapped() {
-		return perf.Dest{}, errors.New("found incompatibility issue with GID types (IPv4-mapped and not)")
+	if !o.RDMACM && verbs.GID(rems[0].GID).IsV4Mapped() != verbs.GID(t.my.GID).IsV4Mapped() {
+		return nil, errors.New("found incompatibility issue with GID types (IPv4-mapped and not)")
 	}
 	if !o.RDMACM { // with -R, rdma_cm has connected the QP
-		if err := t.connect(rem); err != nil {
-			return perf.Dest{}, err
+		for i, qp := range t.qps {
+			if err := t.connect(qp, t.mys[i], rems[i]); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if t.peerWindow { // a tbrdma peer: the wider send window (tbrdma extension)
-		if err := t.qp.SetSendWindow(perf.TbrdmaWindow); err != nil {
-			return perf.Dest{}, err
+		w := perf.SendWindow(len(t.qps), t.seg)
+		for _, qp := range t.qps {
+			if err := qp.SetSendWindow(w); err != nil {
+				return nil, err
+			}
 		}
 	}
-	syncs := 2
-	if k.verb == perf.VerbSend && !k.bw {
-		syncs = 1
-	}
-	for range syncs {
-		if _, err := comm.HandShake(t.my); err != nil {
-			return perf.Dest{}, err
+	switch {
+	case k.bw && k.verb == perf.VerbSend:
+		if err := t.shakeFirst(comm, rems); err != nil {
+			return nil, err
+		}
+		if _, err := t.shakeAll(comm, rems); err != nil {
+			return nil, err
+		}
+	case k.bw:
+		if _, err := t.shakeAll(comm, rems); err != nil {
+			return nil, err
+		}
+		if err := t.shakeFirst(comm, rems); err != nil {
+			return nil, err
+		}
+	default:
+		syncs := 2
+		if k.verb == perf.VerbSend {
+			syncs = 1
+		}
+		for range syncs {
+			if _, err := comm.HandShake(t.my); err != nil {
+				return nil, err
+			}
 		}
 	}
-	return rem, nil
+	return rems, nil
+}
+
+// shakeAll runs one key exchange per QP, as perftest's loops over its QPs
+// do. The first round (rems nil) returns the peer's descriptions; a later
+// round checks that the peer sends the same ones again. A peer with
+// another -q shows in either: its descriptions repeat too early (fewer
+// QPs) or a new one comes where a repeat is due (more), and the end that
+// sees it stops at once rather than leave both waiting (mismatchedQPs).
+func (t *perftest) shakeAll(comm *perf.Comm, rems []perf.Dest) ([]perf.Dest, error) {
+	got := make([]perf.Dest, len(t.mys))
+	for i, my := range t.mys {
+		d, err := comm.HandShake(my)
+		if err != nil {
+			return nil, err
+		}
+		got[i] = d
+		if t.o.RDMACM {
+			continue // one QP, whose description rdma_cm fills in later
+		}
+		if rems != nil && d.QPN != rems[i].QPN {
+			return nil, t.mismatchedQPs(0)
+		}
+		for j := range i {
+			if rems == nil && got[j].QPN == d.QPN {
+				return nil, t.mismatchedQPs(i)
+			}
+		}
+	}
+	return got, nil
+}
+
+// shakeFirst is a synchronising key exchange (the first QP's
+// description), checked as shakeAll checks a later round.
+func (t *perftest) shakeFirst(comm *perf.Comm, rems []perf.Dest) error {
+	d, err := comm.HandShake(t.my)
+	if err != nil {
+		return err
+	}
+	if !t.o.RDMACM && d.QPN != rems[0].QPN {
+		return t.mismatchedQPs(0)
+	}
+	return nil
+}
+
+// mismatchedQPs is the error of an exchange whose peer runs another
+// number of QPs: peerQPs of them, or 0 when it has more than this end.
+// A one-test server refuses the client with it (a tbrdma client prints
+// the reason; a stock one sees its connection close).
+func (t *perftest) mismatchedQPs(peerQPs int) error {
+	o := t.o
+	peer, self := "server", "client"
+	if o.Peer == "" {
+		peer, self = "client", "server"
+	}
+	has := fmt.Sprintf("with more QPs than this %s's -q %d", self, o.qps())
+	if peerQPs > 0 {
+		has = fmt.Sprintf("with -q %d, this %s with -q %d", peerQPs, self, o.qps())
+	}
+	why := fmt.Sprintf("the %s runs %s %s (its QP descriptions in the exchange say so): start both ends with the same -q", peer, o.Kind.name, has)
+	if o.Peer == "" && t.oob != nil && t.o.served == nil {
+		return refuseClient(t.oob, why)
+	}
+	return errors.New(why)
 }
 
 // newLoop is the test's data path over the connected QP.
 func (t *perftest) newLoop() *perf.Loop {
 	o := t.o
-	return &perf.Loop{QP: t.qp, MR: t.mr, Buf: t.buf, Half: t.half, W: &t.w, Dev: t.dev,
+	return &perf.Loop{QP: t.qp, QPs: t.qps, Stride: t.half, MR: t.mr, Buf: t.buf, Half: len(t.qps) * t.half, W: &t.w, Dev: t.dev,
 		Name: o.Kind.name, Verb: o.Kind.verb, Server: o.Peer == "", Iters: o.Iters,
 		TxDepth: o.TxDepth, RxDepth: o.RxDepth, CQMod: o.CQMod, AtomicType: o.AtomicType, Events: o.Events,
 		Now: o.Now, ErrOut: o.IO.ErrOut,
@@ -709,7 +852,7 @@ func (t *perftest) setup(dev *verbs.Context) error {
 	// perftest's buffer: at least a page, and twice the message for the
 	// latency tests (one half per direction).
 	t.half = max(o.Size, os.Getpagesize())
-	t.buf = make([]byte, 2*t.half)
+	t.buf = make([]byte, bufferSize(o.Size, o.qps()))
 	fill := t.buf
 	if o.Kind.verb == perf.VerbWrite && !o.Kind.bw {
 		fill = t.buf[:t.half] // write-lat polls the second half: keep it zero
@@ -729,7 +872,7 @@ func (t *perftest) setup(dev *verbs.Context) error {
 			acc |= verbs.AccessLocalWrite // as ibverbs requires
 		}
 		off := t.peerOffset()
-		if t.rmr, err = pd.RegMR(t.buf[off:off+t.half], acc); err != nil {
+		if t.rmr, err = pd.RegMR(t.buf[off:off+o.qps()*t.half], acc); err != nil {
 			return fmt.Errorf("couldn't allocate MR: %w", err)
 		}
 	}
@@ -737,7 +880,7 @@ func (t *perftest) setup(dev *verbs.Context) error {
 	if err != nil {
 		return err
 	}
-	cq, err := dev.CreateCQ(o.TxDepth+o.RxDepth+1, ch)
+	cq, err := dev.CreateCQ(o.qps()*(o.TxDepth+o.RxDepth)+1, ch)
 	if err != nil {
 		return fmt.Errorf("couldn't create CQ: %w", err)
 	}
@@ -829,56 +972,68 @@ func (t *perftest) qpInitAttr() *verbs.QPInitAttr {
 		Cap: verbs.QPCap{MaxSendWR: t.o.TxDepth, MaxRecvWR: max(t.o.RxDepth, 1), MaxSendSGE: 1, MaxRecvSGE: 1}}
 }
 
-// createQP creates the test QP and moves it to INIT (without -R; with -R
-// rdma_cm creates it).
+// createQP creates the test's QPs (-q) and moves them to INIT (without
+// -R; with -R rdma_cm creates the one QP).
 func (t *perftest) createQP() error {
-	var err error
-	t.qp, err = t.pd.CreateQP(t.qpInitAttr())
-	if err != nil {
-		return fmt.Errorf("couldn't create QP: %w", err)
+	for i := range t.o.qps() {
+		qp, err := t.pd.CreateQP(t.qpInitAttr())
+		if err != nil {
+			return fmt.Errorf("couldn't create QP: %w", err)
+		}
+		t.qps = append(t.qps, qp)
+		if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1,
+			AccessFlags: t.peerAccess()},
+			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+			return fmt.Errorf("failed to modify QP to INIT: %w", err)
+		}
+		t.mys = append(t.mys, t.dest(i, rand.Uint32()&0xFFFFFF))
 	}
-	if err := t.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1,
-		AccessFlags: t.peerAccess()},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		return fmt.Errorf("failed to modify QP to INIT: %w", err)
-	}
-	t.setMy(rand.Uint32() & 0xFFFFFF)
+	t.qp, t.my = t.qps[0], t.mys[0]
 	return nil
 }
 
-// setMy fills our description from the QP and the buffer; psn is the one
-// printed and sent.
+// setMy makes t.qp, rdma_cm's, the test's one QP and fills our
+// description from it; psn is the one printed and sent.
 func (t *perftest) setMy(psn uint32) {
+	t.qps = []*verbs.QP{t.qp}
+	t.my = t.dest(0, psn)
+	t.mys = []perf.Dest{t.my}
+}
+
+// dest is the description of QP i (of t.qps) and its slice of the buffer.
+func (t *perftest) dest(i int, psn uint32) perf.Dest {
 	o := t.o
 	outs := 0
 	if o.Kind.verb == perf.VerbRead || o.Kind.verb == perf.VerbAtomic {
 		outs = o.OutReads
 	}
-	// The advertised region; a side that grants nothing still sends an
-	// address and its buffer's key, as perftest does (the key allows no
-	// remote request).
+	// The advertised region, QP i's slice of it; a side that grants
+	// nothing still sends an address and its buffer's key, as perftest
+	// does (the key allows no remote request).
 	vaddr, rkey := t.mr.Addr()+uint64(t.peerOffset()), t.mr.RKey()
 	if t.rmr != nil {
 		vaddr, rkey = t.rmr.Addr(), t.rmr.RKey()
 	}
-	t.my = perf.Dest{OutReads: uint16(outs), QPN: uint32(t.qp.QPN()), PSN: psn,
+	vaddr += uint64(i * t.half)
+	return perf.Dest{OutReads: uint16(outs), QPN: uint32(t.qps[i].QPN()), PSN: psn,
 		RKey: uint32(rkey), VAddr: vaddr, GID: t.dev.GID(), GIDIndex: uint32(max(o.GIDIdx, 0))}
 }
 
-// connect moves the QP to RTR and RTS with perftest's attributes.
-func (t *perftest) connect(rem perf.Dest) error {
+// connect moves qp, whose description is my, to RTR and RTS towards
+// rem with perftest's attributes.
+func (t *perftest) connect(qp *verbs.QP, my, rem perf.Dest) error {
 	o := t.o
 	rd := o.Kind.verb == perf.VerbRead || o.Kind.verb == perf.VerbAtomic
 	destRd := uint8(0)
 	if rd {
-		destRd = uint8(t.my.OutReads)
+		destRd = uint8(my.OutReads)
 	}
 	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
 		verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
 	if t.seg != 0 {
 		mask |= verbs.QPAttrSegmentSize
 	}
-	err := t.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: t.mtu, DestQPN: verbs.QPN(rem.QPN),
+	err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: t.mtu, DestQPN: verbs.QPN(rem.QPN),
 		RQPSN: verbs.PSN(rem.PSN), MaxDestRdAtomic: destRd, MinRNRTimer: 12, SegmentSize: t.seg,
 		AH: verbs.AHAttr{DGID: verbs.GID(rem.GID), SGIDIndex: uint8(max(o.GIDIdx, 0)), HopLimit: 0xFF, PortNum: 1}},
 		mask)
@@ -887,10 +1042,10 @@ func (t *perftest) connect(rem perf.Dest) error {
 	}
 	rdAtomic := uint8(0)
 	if rd {
-		rdAtomic = uint8(min(int(rem.OutReads), int(t.my.OutReads)))
+		rdAtomic = uint8(min(int(rem.OutReads), int(my.OutReads)))
 	}
-	err = t.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, Timeout: uint8(o.QPTimeout), RetryCnt: 7, RNRRetry: 7,
-		SQPSN: verbs.PSN(t.my.PSN), MaxRdAtomic: rdAtomic},
+	err = qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, Timeout: uint8(o.QPTimeout), RetryCnt: 7, RNRRetry: 7,
+		SQPSN: verbs.PSN(my.PSN), MaxRdAtomic: rdAtomic},
 		verbs.QPAttrState|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrSQPSN|verbs.QPAttrMaxQPRdAtomic)
 	if err != nil {
 		return fmt.Errorf("failed to modify QP to RTS: %w", err)
@@ -900,7 +1055,10 @@ func (t *perftest) connect(rem perf.Dest) error {
 
 func (t *perftest) close() {
 	if t.shared {
-		if t.qp != nil {
+		for _, qp := range t.qps {
+			qp.Close()
+		}
+		if t.qp != nil && len(t.qps) == 0 {
 			t.qp.Close()
 		}
 		for _, mr := range []*verbs.MR{t.rmr, t.mr} {

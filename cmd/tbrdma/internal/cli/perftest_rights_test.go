@@ -226,10 +226,11 @@ func checkRights(t *testing.T, k *perftestKind, args []string, sa netip.Addr, po
 	if err := c.exchangeParams(ctx, comm); err != nil {
 		t.Fatalf("client: %v\n%s", err, errOut)
 	}
-	rem, err := c.exchangeKeys(comm)
+	rems, err := c.exchangeKeys(comm)
 	if err != nil {
 		t.Fatalf("client: %v\n%s", err, errOut)
 	}
+	rem := rems[0]
 	// The client of a WRITE or SEND test issues no READ or atomic, and
 	// its QP is set up so: let it.
 	reissueReads(t, c.qp)

@@ -19,7 +19,7 @@ import (
 // side that receives), synchronise, run, print; send-bw with -a
 // synchronises after each size too (send_bw.c). Both sides print their own
 // figures; nothing is exchanged but the closing handshake.
-func (t *perftest) runSend(ctx context.Context, comm *perf.Comm, rem perf.Dest) error {
+func (t *perftest) runSend(ctx context.Context, comm *perf.Comm, rems []perf.Dest) error {
 	o := t.o
 	out := t.human()
 	server := o.Peer == ""
@@ -48,7 +48,7 @@ func (t *perftest) runSend(ctx context.Context, comm *perf.Comm, rem perf.Dest) 
 				return err
 			}
 		case bw:
-			rep, err := t.loop.BW(ctx, rem, size)
+			rep, err := t.loop.BW(ctx, rems, size)
 			if err != nil {
 				return err
 			}
@@ -94,13 +94,13 @@ func (t *perftest) runLat(ctx context.Context, comm *perf.Comm, rem perf.Dest) e
 
 // runBW runs write-bw or read-bw's client for every size and prints the
 // table; it sends the last report, which the server prints.
-func (t *perftest) runBW(ctx context.Context, comm *perf.Comm, rem perf.Dest) error {
+func (t *perftest) runBW(ctx context.Context, comm *perf.Comm, rems []perf.Dest) error {
 	out := t.human()
 	fmt.Fprintln(out, perf.BWHeader)
 	var rep perf.BWReport
 	for _, size := range t.o.sizes() {
 		var err error
-		if rep, err = t.loop.BW(ctx, rem, size); err != nil {
+		if rep, err = t.loop.BW(ctx, rems, size); err != nil {
 			return err
 		}
 		if err := t.printBW(rep); err != nil {

@@ -23,7 +23,7 @@ import (
 // exchanges do not say which test a client runs, so a tbrdma client sends
 // a test hint (docs/wire-format.md, "tbrdma extensions"): text such as
 //
-//	tbtest=write-bw s=65536 n=5000 a=0 t=128 Q=100 r=512 o=128 A=FETCH_AND_ADD
+//	tbtest=write-bw s=65536 n=5000 a=0 t=128 Q=100 r=512 o=128 A=FETCH_AND_ADD q=1
 //	tbtest=pingpong s=4096 n=1000 m=1024 c=0 ud=0
 //
 // perftest clients send it after the version message when serve asks
@@ -35,8 +35,8 @@ const hintPrefix = "tbtest="
 // hint is the test hint of a perftest client: the test and the flags the
 // server side must share.
 func (o *perftestOptions) hint() string {
-	return fmt.Sprintf("%s%s s=%d n=%d a=%d t=%d Q=%d r=%d o=%d A=%s", hintPrefix, o.Kind.name,
-		o.Size, o.Iters, b2i(o.All), o.TxDepth, o.CQMod, o.RxDepth, o.OutReads, o.AtomicType)
+	return fmt.Sprintf("%s%s s=%d n=%d a=%d t=%d Q=%d r=%d o=%d A=%s q=%d", hintPrefix, o.Kind.name,
+		o.Size, o.Iters, b2i(o.All), o.TxDepth, o.CQMod, o.RxDepth, o.OutReads, o.AtomicType, o.qps())
 }
 
 // hint is the test hint of a pingpong client.
@@ -86,6 +86,15 @@ func hintInt(kv map[string]string, k string, lo, hi int) (int, error) {
 	return n, nil
 }
 
+// hintQPs returns the hint's q (-q), 1 when it has none (a tbrdma client
+// from before -q).
+func hintQPs(kv map[string]string) (int, error) {
+	if _, ok := kv["q"]; !ok {
+		return 1, nil
+	}
+	return hintInt(kv, "q", 1, maxQPs)
+}
+
 // servedKinds are the perftest tests serve hosts, by name.
 var servedKinds = map[string]*perftestKind{}
 
@@ -126,6 +135,9 @@ func perftestFromHint(h string) (*perftestOptions, error) {
 		return nil, err
 	}
 	o.All = all == 1
+	if o.QPs, err = hintQPs(kv); err != nil {
+		return nil, err
+	}
 	if a, ok := kv["A"]; ok && k.verb == perf.VerbAtomic {
 		if a != "FETCH_AND_ADD" && a != "CMP_AND_SWAP" {
 			return nil, fmt.Errorf("test hint: A=%q: want FETCH_AND_ADD or CMP_AND_SWAP", a)
@@ -141,6 +153,10 @@ func perftestFromHint(h string) (*perftestOptions, error) {
 		return nil, fmt.Errorf("test hint: t=%d Q=%d: a bandwidth test needs 1 or more of each", o.TxDepth, o.CQMod)
 	case k.verb == perf.VerbSend && o.RxDepth < 1:
 		return nil, errors.New("test hint: r=0: a SEND test needs receives")
+	case !k.bw && o.QPs > 1:
+		return nil, fmt.Errorf("test hint: %s with q=%d: several QPs are for the bandwidth tests only", k.name, o.QPs)
+	case o.QPs > 1 && bufferSize(o.Size, o.QPs) > maxBuffer:
+		return nil, fmt.Errorf("test hint: q=%d with s=%d needs a buffer of more than %d MiB: run the client with fewer QPs or smaller messages", o.QPs, o.Size, maxBuffer>>20)
 	}
 	if !k.bw {
 		o.TxDepth, o.CQMod = 1, 0
@@ -320,7 +336,11 @@ func (s *oobServer) perftest(ctx context.Context, c net.Conn, say func(string, .
 	if o.All {
 		size = "sizes 2.." + strconv.Itoa(1<<maxSizePow)
 	}
-	say("%s: %s, %d iterations", test, size, o.Iters)
+	if o.QPs > 1 {
+		say("%s: %s, %d iterations on each of %d QPs", test, size, o.Iters, o.QPs)
+	} else {
+		say("%s: %s, %d iterations", test, size, o.Iters)
+	}
 	if err := runPerftest(ctx, o); err != nil {
 		return test, err
 	}

@@ -114,6 +114,12 @@ func TestServeHostsTests(t *testing.T) {
 	for _, size := range allSizes() {
 		check(out, bwRow(size, 5, false))
 	}
+	// -q: the session runs as many QPs as the client (its hint says).
+	out = client("write-bw", "-q", "4", "-n", "50", "-s", "16384")
+	check(out, bwRow(16384, 4*50, false))
+	out = client("send-bw", "-q", "3", "-n", "40", "-s", "8192")
+	check(out, bwRow(8192, 3*40, false))
+	waitServeLog(t, errOf, "write-bw: 16384 bytes, 50 iterations on each of 4 QPs")
 	// The server side counted the client's 120 FETCH_AND_ADDs.
 	waitServeLog(t, errOf, "the peer's 120 FETCH_AND_ADD left 120 in the target, as expected")
 
@@ -214,8 +220,16 @@ func TestServeHint(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s: %v", o.hint(), err)
 	}
-	if got.Kind != sendBWTest || got.Size != 300 || got.Iters != 77 || got.TxDepth != 16 || got.RxDepth != 64 || got.CQMod != o.CQMod {
+	if got.Kind != sendBWTest || got.Size != 300 || got.Iters != 77 || got.TxDepth != 16 || got.RxDepth != 64 || got.CQMod != o.CQMod || got.QPs != 1 {
 		t.Errorf("%s: got %+v", o.hint(), got)
+	}
+	o = parsePerftest(t, f, writeBWTest, "-q", "6", "peer")
+	if got, err := perftestFromHint(o.hint()); err != nil || got.QPs != 6 {
+		t.Errorf("%s: %+v, %v", o.hint(), got, err)
+	}
+	// A hint without q, a tbrdma client from before -q: one QP.
+	if got, err := perftestFromHint("tbtest=write-bw s=1 n=5 a=0 t=1 Q=1 r=0 o=0"); err != nil || got.QPs != 1 {
+		t.Errorf("hint without q: %+v, %v", got, err)
 	}
 	p := parsePingpong(t, f, "-s", "100", "-n", "9", "-m", "4096", "-c", "peer")
 	pp, err := pingpongFromHint(p.hint())
@@ -225,7 +239,9 @@ func TestServeHint(t *testing.T) {
 	for _, h := range []string{"", "tbtest=", "tbtest=nope s=1", "write-bw s=1",
 		"tbtest=write-bw s=1 n=5 a=0 t=1 Q=1 r=0 o=0 s=2", "tbtest=write-bw s=-1 n=5 a=0 t=1 Q=1 r=0 o=0",
 		"tbtest=write-bw n=5 a=0 t=1 Q=1 r=0 o=0", "tbtest=atomic-lat s=16 n=5 a=0 t=1 Q=1 r=0 o=1",
-		"tbtest=write-bw s=1 n=5 a=0 t=1 Q=1 r=0 o=0 junk", "tbtest=write-bw s=99999999999999999999 n=5 a=0 t=1 Q=1 r=0 o=0"} {
+		"tbtest=write-bw s=1 n=5 a=0 t=1 Q=1 r=0 o=0 junk", "tbtest=write-bw s=99999999999999999999 n=5 a=0 t=1 Q=1 r=0 o=0",
+		"tbtest=write-bw s=1 n=5 a=0 t=1 Q=1 r=0 o=0 q=0", "tbtest=write-bw s=1 n=5 a=0 t=1 Q=1 r=0 o=0 q=1025",
+		"tbtest=read-lat s=1 n=5 a=0 t=1 Q=0 r=0 o=1 q=2", "tbtest=write-bw s=1073741824 n=5 a=0 t=1 Q=1 r=0 o=0 q=2"} {
 		if _, err := perftestFromHint(h); err == nil {
 			t.Errorf("perftestFromHint(%q): no error", h)
 		}

@@ -35,7 +35,7 @@ type foreignFlag struct {
 // perftest commands do not take (yet).
 var perftestFlags = []foreignFlag{
 	{"D", "duration", "perftest's -D/--duration (run for a time) is not supported: give a count with -n ITERATIONS"},
-	{"q", "qp", "perftest's -q/--qp (several QPs) is not supported: run one QP, or several tbrdma clients in parallel against tbrdma serve"},
+	{"q", "qp", "perftest's -q/--qp (several QPs) applies to the bandwidth tests only (write-bw, read-bw, send-bw), as in perftest, whose latency tests refuse it"},
 	{"b", "bidirectional", "perftest's -b/--bidirectional is not supported: run a second client in the other direction at the same time"},
 	{"", "report_gbits", "perftest's --report_gbits is not supported: --json and --csv report raw bytes per second"},
 	{"I", "inline_size", "perftest's -I/--inline_size is not supported: tbrdma copies small payloads into the packet itself"},

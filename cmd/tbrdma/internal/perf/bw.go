@@ -9,12 +9,20 @@ import (
 )
 
 // BW is perftest's run_iter_bw for WRITE, READ and SEND: keep up to
-// TxDepth requests of size bytes in flight, a completion every CQMod of
-// them, Iters in all, to rem's buffer (WRITE and READ). A request
-// completes once the responder has acknowledged it (or, for READ, sent
-// its data), so the figures count only what the peer confirmed.
-func (l *Loop) BW(ctx context.Context, rem Dest, size int) (BWReport, error) {
+// TxDepth requests of size bytes in flight on each QP, a completion every
+// CQMod of them, Iters per QP, to the buffer of the QP's peer, rem[i] for
+// QP i (WRITE and READ). With several QPs (perftest's -q) it posts on each
+// in turn, as perftest does, and the report covers all of them: Iters times
+// the QPs messages from the first post to the last completion. A request
+// completes once the responder has acknowledged it (or, for READ, sent its
+// data), so the figures count only what the peer confirmed.
+func (l *Loop) BW(ctx context.Context, rem []Dest, size int) (BWReport, error) {
+	qps := l.qps()
+	if len(rem) < len(qps) {
+		return BWReport{}, fmt.Errorf("bandwidth loop: %d QPs, %d peer descriptions", len(qps), len(rem))
+	}
 	n := l.Iters
+	total := n * len(qps)
 	op := verbs.WRRDMAWrite
 	switch l.Verb {
 	case VerbRead:
@@ -22,25 +30,33 @@ func (l *Loop) BW(ctx context.Context, rem Dest, size int) (BWReport, error) {
 	case VerbSend:
 		op = verbs.WRSend
 	}
-	posted := make([]time.Time, n)
-	completed := make([]time.Time, n)
-	scnt, ccnt := 0, 0
-	prog := l.progress(fmt.Sprintf("%s %d bytes", l.Name, size), uint64(n)*uint64(size))
+	// posted and completed are in the order of the posts and of the
+	// completions over all QPs, as perftest's tposted and tcompleted.
+	posted := make([]time.Time, total)
+	completed := make([]time.Time, total)
+	scnt := make([]int, len(qps)) // per QP
+	ccnt := make([]int, len(qps))
+	totS, totC := 0, 0
+	prog := l.progress(fmt.Sprintf("%s %d bytes", l.Name, size), uint64(total)*uint64(size))
 	defer prog.Clear()
-	for ccnt < n {
-		for scnt < n && scnt-ccnt < l.TxDepth {
-			wr := verbs.SendWR{WRID: uint64(scnt), Opcode: op, SGList: []verbs.SGE{l.MR.SGE(0, size)}}
-			if op != verbs.WRSend {
-				wr.RemoteAddr, wr.RKey = rem.VAddr, verbs.RKey(rem.RKey)
+	for totC < total {
+		for i, qp := range qps {
+			for scnt[i] < n && scnt[i]-ccnt[i] < l.TxDepth {
+				s := scnt[i]
+				wr := verbs.SendWR{WRID: wrID(i, s), Opcode: op, SGList: []verbs.SGE{l.MR.SGE(i*l.Stride, size)}}
+				if op != verbs.WRSend {
+					wr.RemoteAddr, wr.RKey = rem[i].VAddr, verbs.RKey(rem[i].RKey)
+				}
+				if (s+1)%l.CQMod == 0 || s == n-1 {
+					wr.Flags = verbs.SendSignaled
+				}
+				posted[totS] = l.Now()
+				if _, err := qp.PostSend(wr); err != nil {
+					return BWReport{}, fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", i, s, err)
+				}
+				scnt[i]++
+				totS++
 			}
-			if (scnt+1)%l.CQMod == 0 || scnt == n-1 {
-				wr.Flags = verbs.SendSignaled
-			}
-			posted[scnt] = l.Now()
-			if _, err := l.QP.PostSend(wr); err != nil {
-				return BWReport{}, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
-			}
-			scnt++
 		}
 		wcs, err := l.W.Wait(ctx)
 		if err != nil {
@@ -51,23 +67,30 @@ func (l *Loop) BW(ctx context.Context, rem Dest, size int) (BWReport, error) {
 			wc := &wcs[i]
 			if wc.Status != verbs.WCSuccess {
 				prog.Clear()
-				return BWReport{}, l.failed("client", wc, op, fmt.Sprintf("scnt=%d, ccnt=%d", scnt, ccnt))
+				return BWReport{}, l.failed("client", wc, op, fmt.Sprintf("scnt=%d, ccnt=%d", totS, totC))
 			}
-			for ; ccnt <= int(wc.WRID); ccnt++ {
-				completed[ccnt] = now
+			q, c := wrQP(wc.WRID), wrCount(wc.WRID)
+			if q >= len(qps) {
+				return BWReport{}, fmt.Errorf("bandwidth loop: a completion for QP %d of %d", q, len(qps))
+			}
+			// A signaled completion retires its QP's unsignaled
+			// requests before it.
+			for ; ccnt[q] <= c; ccnt[q]++ {
+				completed[totC] = now
+				totC++
 			}
 		}
-		prog.Update(uint64(ccnt) * uint64(size))
+		prog.Update(uint64(totC) * uint64(size))
 	}
 	return Bandwidth(size, posted, completed, l.CQMod), nil
 }
 
 // ReceiveBW is send-bw's server for one size (run_iter_bw_server): with
-// the receives posted (PostRecvs), it completes Iters of them and times
-// the first to the last.
+// the receives posted (PostRecvs), it completes Iters of them on each QP
+// and times the first to the last.
 func (l *Loop) ReceiveBW(ctx context.Context, size int) (BWReport, error) {
-	if err := l.pollSend(ctx, func() bool { return l.rs.done == l.Iters }); err != nil {
+	if err := l.pollSend(ctx, func() bool { return l.rs.done == l.rs.total }); err != nil {
 		return BWReport{}, err
 	}
-	return ReceiveBandwidth(size, l.Iters, l.rs.first, l.rs.latest), nil
+	return ReceiveBandwidth(size, l.rs.total, l.rs.first, l.rs.latest), nil
 }

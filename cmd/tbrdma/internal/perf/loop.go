@@ -33,7 +33,13 @@ type Loop struct {
 	// WRITEs, land in the second half, from Half on.
 	Buf  []byte
 	Half int
-	W    *Waiter
+	// QPs, when set, are all the test's QPs (perftest's -q), QP the first
+	// of them: BW runs Iters messages on each, PostRecvs and ReceiveBW
+	// post and count Iters receives on each. QP i has its own slices of
+	// the buffer: it sends from i*Stride and receives at Half+i*Stride.
+	QPs    []*verbs.QP
+	Stride int
+	W      *Waiter
 	// Dev is the QP's device: WriteLat tells it while it spins on memory
 	// (Spinning), and a failed WRITE prints its counters.
 	Dev *verbs.Context
@@ -77,6 +83,22 @@ func (l *Loop) progress(label string, total uint64) Progress {
 	}
 	return l.Progress(label, total)
 }
+
+// qps returns the test's QPs: QPs, or QP alone.
+func (l *Loop) qps() []*verbs.QP {
+	if len(l.QPs) == 0 {
+		return []*verbs.QP{l.QP}
+	}
+	return l.QPs
+}
+
+// wrID makes a work request ID of the QP's index (the high 32 bits,
+// perftest's wr_id is the QP index too) and a count on that QP.
+func wrID(qp, n int) uint64 { return uint64(qp)<<32 | uint64(uint32(n)) }
+
+// wrQP and wrCount split a wrID.
+func wrQP(id uint64) int    { return int(id >> 32) }
+func wrCount(id uint64) int { return int(uint32(id)) }
 
 // side is "server" or "client", for perftest's error messages.
 func (l *Loop) side() string {

@@ -22,6 +22,7 @@ type testSide struct {
 	*Loop
 	errOut bytes.Buffer
 	psn    uint32
+	pd     *verbs.PD
 }
 
 func newTestSide(t *testing.T, verb Verb, server bool, half int, depth int) *testSide {
@@ -62,7 +63,7 @@ func newTestSide(t *testing.T, verb Verb, server bool, half int, depth int) *tes
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 		t.Fatal(err)
 	}
-	s := &testSide{psn: rand.Uint32() & 0xFFFFFF}
+	s := &testSide{psn: rand.Uint32() & 0xFFFFFF, pd: pd}
 	s.Loop = &Loop{QP: qp, MR: mr, Buf: buf, Half: half, W: &Waiter{CQ: cq, Ch: ch, Spin: DefaultSpin}, Dev: dev,
 		Name: "test", Verb: verb, Server: server, Iters: 50, TxDepth: depth, RxDepth: depth, CQMod: 1,
 		AtomicType: "FETCH_AND_ADD", Now: time.Now, ErrOut: &s.errOut}
@@ -163,7 +164,7 @@ func TestLoopBW(t *testing.T) {
 			prog.label, prog.total = label, total
 			return &prog
 		}
-		rep, err := client.BW(context.Background(), server.dest(false), size)
+		rep, err := client.BW(context.Background(), []Dest{server.dest(false)}, size)
 		if err != nil {
 			t.Fatalf("%v: %v\n%s", verb, err, &client.errOut)
 		}
@@ -200,7 +201,7 @@ func TestLoopSendBW(t *testing.T) {
 		if s == server {
 			got, err = s.ReceiveBW(context.Background(), size)
 		} else {
-			_, err = s.BW(context.Background(), Dest{}, size)
+			_, err = s.BW(context.Background(), []Dest{{}}, size)
 		}
 		return err
 	})
@@ -220,7 +221,7 @@ func TestLoopReceiveWrongSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	client.Iters = 1
-	if _, err := client.BW(context.Background(), Dest{}, 60); err != nil {
+	if _, err := client.BW(context.Background(), []Dest{{}}, 60); err != nil {
 		t.Fatalf("client: %v\n%s", err, &client.errOut)
 	}
 	if _, err := server.ReceiveBW(context.Background(), 100); !errors.Is(err, ErrReported) {
@@ -354,7 +355,7 @@ func TestLoopFailedCompletion(t *testing.T) {
 	server, client := testPair(t, VerbWrite, 4096, 4)
 	rem := server.dest(false)
 	rem.RKey ^= 0x5a5a00
-	_, err := client.BW(context.Background(), rem, 64)
+	_, err := client.BW(context.Background(), []Dest{rem}, 64)
 	if !errors.Is(err, ErrReported) {
 		t.Fatalf("BW returned %v, want ErrReported", err)
 	}
@@ -395,5 +396,101 @@ func TestPingpongRun(t *testing.T) {
 	})
 	if !bytes.Equal(server.Buf[:100], client.Buf[:100]) {
 		t.Error("the buffers differ after the ping-pong: each side receives into the one it sends from")
+	}
+}
+
+// TestSendWindow: QPs toward a tbrdma peer share one QP's window (512
+// packets at the path MTU, 6 MiB of large segments), at least 16 packets
+// each.
+func TestSendWindow(t *testing.T) {
+	for _, c := range []struct{ qps, seg, want int }{
+		{1, 0, 512}, {2, 0, 256}, {4, 0, 128}, {8, 0, 64}, {64, 0, 16}, {1024, 0, 16},
+		{1, 61440, 102}, {4, 61440, 25}, {8, 61440, 16}, {1, 8192, 512}, {2, 8192, 256}, {0, 0, 512},
+	} {
+		if got := SendWindow(c.qps, c.seg); got != c.want {
+			t.Errorf("SendWindow(%d, %d) = %d, want %d", c.qps, c.seg, got, c.want)
+		}
+	}
+}
+
+// TestLoopBWSeveralQPs runs BW over two QPs on one CQ (perftest's -q 2):
+// Iters on each, one report for both, each QP's data in its own slice of
+// the target.
+func TestLoopBWSeveralQPs(t *testing.T) {
+	const size, half = 3000, 4096
+	for _, verb := range []Verb{VerbWrite, VerbSend} {
+		servers := []*testSide{newTestSide(t, verb, true, 2*half, 16)}
+		clients := []*testSide{newTestSide(t, verb, false, 2*half, 16)}
+		// A second QP on each side, on the first one's device, PD, MR
+		// and CQ.
+		for _, s := range []*testSide{servers[0], clients[0]} {
+			qp, err := s.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: s.W.CQ, RecvCQ: s.W.CQ,
+				Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite},
+				verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+				t.Fatal(err)
+			}
+			s.QPs = []*verbs.QP{s.QP, qp}
+			s.Stride = half
+		}
+		sv, cl := servers[0], clients[0]
+		// Each QP i connects to the peer's QP i (psn shared by both).
+		for i := range 2 {
+			sd, cd := sv.dest(false), cl.dest(false)
+			sd.QPN, cd.QPN = uint32(sv.QPs[i].QPN()), uint32(cl.QPs[i].QPN())
+			sd.VAddr += uint64(i * half)
+			qs, qc := sv.QP, cl.QP
+			sv.QP, cl.QP = sv.QPs[i], cl.QPs[i]
+			sv.connectTo(t, cd)
+			cl.connectTo(t, sd)
+			sv.QP, cl.QP = qs, qc
+		}
+		rems := []Dest{sv.dest(false), sv.dest(false)}
+		rems[1].QPN, rems[1].VAddr = uint32(sv.QPs[1].QPN()), rems[1].VAddr+half
+		for i := range 2 { // the client's two slices differ
+			for j := range size {
+				cl.Buf[i*half+j] = byte(i*7 + j%13 + 1)
+			}
+		}
+		var rep, recv BWReport
+		if verb == VerbSend {
+			sv.Half = 2 * half
+			if err := sv.PostRecvs(size); err != nil {
+				t.Fatal(err)
+			}
+			both(t, sv, cl, func(s *testSide) error {
+				var err error
+				if s == sv {
+					recv, err = s.ReceiveBW(context.Background(), size)
+				} else {
+					rep, err = s.BW(context.Background(), rems, size)
+				}
+				return err
+			})
+			if recv.Iters != 2*50 {
+				t.Errorf("%v: the receiver counted %d messages, want 2×50", verb, recv.Iters)
+			}
+		} else {
+			var err error
+			if rep, err = cl.BW(context.Background(), rems, size); err != nil {
+				t.Fatalf("%v: %v\n%s", verb, err, &cl.errOut)
+			}
+			tell(t, cl, sv)
+		}
+		if rep.Size != size || rep.Iters != 2*50 || rep.Average <= 0 {
+			t.Errorf("%v: report %+v, want 2×50 messages of %d bytes", verb, rep, size)
+		}
+		for i := range 2 {
+			at := i * half // WRITE: QP i's slice of the advertised region
+			if verb == VerbSend {
+				at = sv.Half + i*half // the receives of QP i
+			}
+			if !bytes.Equal(sv.Buf[at:at+size], cl.Buf[i*half:i*half+size]) {
+				t.Errorf("%v: QP %d's bytes are not in its slice", verb, i)
+			}
+		}
 	}
 }

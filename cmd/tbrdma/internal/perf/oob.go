@@ -259,6 +259,26 @@ const windowOffer = "tbw"
 // (docs/performance.md, docs/wire-format.md).
 const TbrdmaWindow = 512
 
+// SendWindow is the send window in packets of each of qps QPs toward a
+// tbrdma peer that made the window offer, with packets of segment bytes
+// (0: the path MTU): what one QP keeps in flight, TbrdmaWindow packets or
+// with large segments segmentBudget bytes (the requester's own bound),
+// shared among the QPs, and at least the 16 packets a window may be.
+// Several QPs then keep no more in flight than one does; more overflowed
+// the peer's socket buffer, and every loss costs a go-back-N resend
+// (docs/performance.md, "Several QPs").
+func SendWindow(qps, segment int) int {
+	w := TbrdmaWindow
+	if segment > 0 {
+		w = min(w, segmentBudget/segment)
+	}
+	return max(w/max(qps, 1), 16)
+}
+
+// segmentBudget is how many bytes a QP with large segments keeps in
+// flight at most (verbs bounds its requester so).
+const segmentBudget = 6 << 20
+
 // hasWindowOffer reports whether a version message carries the window
 // offer, or a segment offer, which implies it.
 func hasWindowOffer(b []byte) bool {

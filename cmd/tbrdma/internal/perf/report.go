@@ -28,6 +28,7 @@ type TestInfo struct {
 	BW         bool   // bandwidth test (else latency)
 	AtomicType string // "FETCH_AND_ADD" or "CMP_AND_SWAP"
 	Device     string
+	QPs        int // perftest's -q (0 prints as 1)
 	Server     bool
 	TxDepth    int
 	RxDepth    int // printed by a SEND test's server
@@ -63,7 +64,7 @@ func PrintHeader(w io.Writer, t *TestInfo) {
 	fmt.Fprintln(w, Line)
 	fmt.Fprintf(w, "                    %s\n", t.Title())
 	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : %s\n", t.Device)
-	fmt.Fprintf(w, " Number of qps   : 1\t\tTransport type : IB\n")
+	fmt.Fprintf(w, " Number of qps   : %d\t\tTransport type : IB\n", max(t.QPs, 1))
 	fmt.Fprintf(w, " Connection type : RC\t\tUsing SRQ      : OFF\n")
 	fmt.Fprintf(w, " PCIe relax order: OFF\n")
 	fmt.Fprintf(w, " ibv_wr* API     : OFF\n")

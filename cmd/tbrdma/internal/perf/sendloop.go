@@ -8,36 +8,44 @@ import (
 	"github.com/tbrdma/tbrdma/verbs"
 )
 
-// recvState is a SEND test's receive queue for one message size: iters
-// receives in all, at most rx-depth posted at a time (ctx_set_recv_wqes and
-// the re-posting of run_iter_lat_send / run_iter_bw_server).
+// recvState is a SEND test's receive queues for one message size: iters
+// receives in all on each QP, at most rx-depth posted at a time on each
+// (ctx_set_recv_wqes and the re-posting of run_iter_lat_send /
+// run_iter_bw_server).
 type recvState struct {
 	size          int
-	posted, done  int
-	total         int
+	posted, done  int       // over all QPs
+	total         int       // Iters on each QP, all QPs together
+	qposted       []int     // per QP
 	first, latest time.Time // first and latest receive completion seen
 }
 
 // PostRecvs starts a SEND test's receives for messages of size bytes:
-// min(RxDepth, Iters) of them, into the buffer's second half. SendLat and
-// ReceiveBW re-post them as they complete, up to Iters in all.
+// min(RxDepth, Iters) of them on each QP, into the buffer's second half.
+// SendLat and ReceiveBW re-post them as they complete, up to Iters in all
+// on each QP.
 func (l *Loop) PostRecvs(size int) error {
-	l.rs = recvState{size: size, total: l.Iters}
-	for range min(l.RxDepth, l.Iters) {
-		if err := l.postRecv(); err != nil {
-			return err
+	qps := l.qps()
+	l.rs = recvState{size: size, total: l.Iters * len(qps), qposted: make([]int, len(qps))}
+	for i := range qps {
+		for range min(l.RxDepth, l.Iters) {
+			if err := l.postRecv(i); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-func (l *Loop) postRecv() error {
-	// Every receive lands in the second half of the buffer; the first half
-	// is what this side sends.
-	wr := verbs.RecvWR{WRID: uint64(l.rs.posted), SGList: []verbs.SGE{l.MR.SGE(l.Half, l.rs.size)}}
-	if _, err := l.QP.PostRecv(wr); err != nil {
+// postRecv posts the next receive on QP i.
+func (l *Loop) postRecv(i int) error {
+	// Every receive lands in the second half of the buffer (QP i's slice
+	// of it); the first half is what this side sends.
+	wr := verbs.RecvWR{WRID: wrID(i, l.rs.qposted[i]), SGList: []verbs.SGE{l.MR.SGE(l.Half+i*l.Stride, l.rs.size)}}
+	if _, err := l.qps()[i].PostRecv(wr); err != nil {
 		return fmt.Errorf("couldn't post receive: %d of %d: %w", l.rs.posted+1, l.rs.total, err)
 	}
+	l.rs.qposted[i]++
 	l.rs.posted++
 	return nil
 }
@@ -70,8 +78,8 @@ func (l *Loop) pollSend(ctx context.Context, done func() bool) error {
 			}
 			l.rs.done++
 			l.rs.latest = now
-			if l.rs.posted < l.rs.total {
-				if err := l.postRecv(); err != nil {
+			if q := wrQP(wc.WRID); q < len(l.rs.qposted) && l.rs.qposted[q] < l.Iters {
+				if err := l.postRecv(q); err != nil {
 					return err
 				}
 			}
