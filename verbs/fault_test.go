@@ -370,18 +370,9 @@ func TestWindowFallbackAfterLostACKs(t *testing.T) {
 		})
 		mustPost(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 			SGList: []verbs.SGE{a.MR.SGE(0, 300<<10)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()})
-		var wc [1]verbs.WC
-		for {
-			time.Sleep(100 * time.Microsecond)
-			if k, _ := a.CQ.Poll(wc[:]); k == 1 {
-				break
-			}
-			if time.Since(start) > 5*time.Second {
-				t.Fatal("no completion within 5 s")
-			}
-		}
-		if wc[0].Status != verbs.WCSuccess {
-			t.Fatalf("WRITE: %v after %v (timeouts %d), want success", wc[0].Status, time.Since(start), a.Ctx.Counters().Timeouts)
+		wc := pollWC(t, a.CQ, start)
+		if wc.Status != verbs.WCSuccess {
+			t.Fatalf("WRITE: %v after %v (timeouts %d), want success", wc.Status, time.Since(start), a.Ctx.Counters().Timeouts)
 		}
 		if c := a.Ctx.Counters(); c.Timeouts == 0 {
 			t.Fatalf("no ACK timeout happened: the test did not exercise the fallback (%+v)", c)
@@ -445,19 +436,10 @@ func TestNarrowWindowAsksForACK(t *testing.T) {
 			})
 			mustPost(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 				SGList: []verbs.SGE{a.MR.SGE(0, 100<<10)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()})
-			var wc [1]verbs.WC
 			start := time.Now()
-			for {
-				time.Sleep(100 * time.Microsecond)
-				if k, _ := a.CQ.Poll(wc[:]); k == 1 {
-					break
-				}
-				if time.Since(start) > 5*time.Second {
-					t.Fatal("no completion within 5 s")
-				}
-			}
-			if wc[0].Status != verbs.WCSuccess {
-				t.Fatalf("WRITE: %v, want success", wc[0].Status)
+			wc := pollWC(t, a.CQ, start)
+			if wc.Status != verbs.WCSuccess {
+				t.Fatalf("WRITE: %v, want success", wc.Status)
 			}
 			c := a.Ctx.Counters()
 			if !lose && (c.Timeouts != 0 || c.Retransmits != 0) {
@@ -472,5 +454,21 @@ func TestNarrowWindowAsksForACK(t *testing.T) {
 			p.B.Ctx.Close()
 			n.Close()
 		})
+	}
+}
+
+// pollWC polls cq every 100 µs for one completion and returns it; the test
+// fails when none came within 5 s of start.
+func pollWC(t *testing.T, cq *verbs.CQ, start time.Time) verbs.WC {
+	t.Helper()
+	var wc [1]verbs.WC
+	for {
+		time.Sleep(100 * time.Microsecond)
+		if k, _ := cq.Poll(wc[:]); k == 1 {
+			return wc[0]
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("no completion within 5 s")
+		}
 	}
 }

@@ -110,6 +110,23 @@ func parsePerftest(t *testing.T, f *Factory, k *perftestKind, args ...string) *p
 	return got
 }
 
+// startServer runs the one-test server so until ctx ends and returns its
+// TCP port and the channel its result arrives on; it fails the test if the
+// server ends before it listens.
+func startServer(t *testing.T, ctx context.Context, so *perftestOptions) (port int, serr <-chan error) {
+	t.Helper()
+	portc := make(chan int, 1)
+	errc := make(chan error, 1)
+	so.Listening = func(a net.Addr) { portc <- a.(*net.TCPAddr).Port }
+	go func() { errc <- runPerftest(ctx, so) }()
+	select {
+	case port = <-portc:
+	case err := <-errc:
+		t.Fatalf("server: %v", err)
+	}
+	return port, errc
+}
+
 // pair runs a server and a client; startClient gets the server's TCP port.
 func pair(t *testing.T, server func(listening func(net.Addr)) error, client func(port int) error) {
 	t.Helper()

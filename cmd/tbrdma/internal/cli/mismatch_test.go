@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -101,16 +100,7 @@ func TestOneTestServerRefuses(t *testing.T) {
 	so := parsePerftest(t, sf, writeBWTest, "--bind", sa.String(), "-p", "0", "-n", "20", "-s", "4096")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	portc := make(chan int, 1)
-	serr := make(chan error, 1)
-	so.Listening = func(a net.Addr) { portc <- a.(*net.TCPAddr).Port }
-	go func() { serr <- runPerftest(ctx, so) }()
-	var port int
-	select {
-	case port = <-portc:
-	case err := <-serr:
-		t.Fatalf("server: %v", err)
-	}
+	port, serr := startServer(t, ctx, so)
 	co := parsePerftest(t, cf, writeBWTest, "--bind", ca.String(), "-p", itoa(port), "-n", "20", "-s", "65536", sa.String())
 	cerr := runPerftest(ctx, co)
 	const want = "the client runs write-bw -s 65536, this server write-bw -s 4096: start the server with the client's flags, or use tbrdma serve"

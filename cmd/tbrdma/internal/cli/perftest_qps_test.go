@@ -245,16 +245,7 @@ func TestPerftestQPsMismatch(t *testing.T) {
 			so := parsePerftest(t, sf, writeBWTest, append([]string{"--bind", sa.String(), "-p", "0"}, append(c.sargs, common...)...)...)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			portc := make(chan int, 1)
-			serr := make(chan error, 1)
-			so.Listening = func(a net.Addr) { portc <- a.(*net.TCPAddr).Port }
-			go func() { serr <- runPerftest(ctx, so) }()
-			var port int
-			select {
-			case port = <-portc:
-			case err := <-serr:
-				t.Fatalf("server: %v", err)
-			}
+			port, serr := startServer(t, ctx, so)
 			co := parsePerftest(t, cf, writeBWTest, append([]string{"--bind", ca.String(), "-p", itoa(port), sa.String()}, append(c.cargs, common...)...)...)
 			if c.noHint {
 				// No hint: the version message has no offer, as a
