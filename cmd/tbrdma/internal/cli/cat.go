@@ -117,7 +117,7 @@ connection; a receiver waits for its sender without limit.`, catDefaultPort, cat
 
 func (o *catOptions) check() error {
 	var err error
-	if o.bind, err = parseBind(o.Bind, ""); err != nil {
+	if o.bind, err = parseBind(o.Bind); err != nil {
 		return err
 	}
 	if o.Port < 1 || o.Port > 65535 {

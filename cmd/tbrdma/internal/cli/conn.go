@@ -14,18 +14,14 @@ import (
 	"github.com/tbrdma/tbrdma/verbs"
 )
 
-// parseBind reads --bind, or -d when it holds an IP address (the stock
-// tools' device flag; a device name such as rxe0 means nothing to tbrdma
-// and is ignored). The zero Addr means "not given".
-func parseBind(bind, device string) (netip.Addr, error) {
+// parseBind reads --bind (-d, the stock tools' device flag, is
+// resolveDeviceFlag's). The zero Addr means "not given".
+func parseBind(bind string) (netip.Addr, error) {
 	if bind != "" {
 		a, err := netip.ParseAddr(bind)
 		if err != nil {
 			return netip.Addr{}, FlagErrorf("invalid --bind %q: want a local IP address", bind)
 		}
-		return a.Unmap(), nil
-	}
-	if a, err := netip.ParseAddr(device); err == nil {
 		return a.Unmap(), nil
 	}
 	return netip.Addr{}, nil
@@ -42,6 +38,16 @@ var exchangeKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second,
 // exchangeStallBound is how long after a peer goes silent exchangeKeepAlive
 // fails the connection.
 const exchangeStallBound = 5*time.Second + 3*2*time.Second
+
+// connectTimeout bounds a client's connection to its server: the TCP
+// exchange's connect (an unreachable peer otherwise takes the kernel's two
+// minutes of SYN retries) and, with -R, the rdma_cm connection of the
+// exchange (REQ retries otherwise take over a minute). A refusal or an
+// ICMP error ends the attempt at once. The --timeout help states it.
+const connectTimeout = 10 * time.Second
+
+// connectTimeoutHelp is what --timeout's help says of connectTimeout.
+var connectTimeoutHelp = fmt.Sprintf("; a client gives up connecting after %v in any case", connectTimeout)
 
 // exchangeTimeoutHint explains a TCP exchange that exchangeKeepAlive
 // ended: "" for any other error.
@@ -74,6 +80,9 @@ func listenUntil(ctx context.Context, bind netip.Addr, port int, ready func(net.
 	lc := net.ListenConfig{KeepAliveConfig: exchangeKeepAlive}
 	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
+		if hint := portInUseHint(err, bind, port, "stop it, or use -p 0 (any free port, printed on stderr) or another -p"); hint != "" {
+			return nil, fmt.Errorf("couldn't listen to port %d: %w: %s", port, err, hint)
+		}
 		return nil, fmt.Errorf("couldn't listen to port %d: %w", port, err)
 	}
 	defer ln.Close()
@@ -101,7 +110,7 @@ func listenUntil(ctx context.Context, bind netip.Addr, port int, ready func(net.
 // address or a name, resolved as resolveHost does (so a name "tbrdma peers"
 // lists works).
 func dial(ctx context.Context, peer string, bind netip.Addr, port int) (net.Conn, error) {
-	d := net.Dialer{KeepAliveConfig: exchangeKeepAlive}
+	d := net.Dialer{KeepAliveConfig: exchangeKeepAlive, Timeout: connectTimeout}
 	if bind.IsValid() {
 		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(bind, 0))
 	}
@@ -117,9 +126,27 @@ func dial(ctx context.Context, peer string, bind netip.Addr, port int) (net.Conn
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("couldn't connect to %s:%d: %w", peer, port, err)
+		to := netip.AddrPortFrom(addr, uint16(port))
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			// Not wrapped: the bound is ours, not the caller's deadline
+			// (a net timeout error is also context.DeadlineExceeded).
+			return nil, fmt.Errorf("couldn't connect to %s: no answer within %v (%s is down or off the link, or a firewall drops TCP port %d: check that it runs and is reachable, e.g. with ping)", to, connectTimeout, peer, port)
+		}
+		return nil, fmt.Errorf("couldn't connect to %s: %w%s", to, err, dialHint(peer, port, err))
 	}
 	return c, nil
+}
+
+// dialHint says what a failed connection to peer:port means and what to
+// do: "" when the cause is not one it knows.
+func dialHint(peer string, port int, err error) string {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Sprintf(" (%s answered that nothing listens on TCP port %d: start the server there first, with the same command and no peer, or tbrdma serve; or check -p)", peer, port)
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTDOWN):
+		return fmt.Sprintf(" (no route to %s, or no reply on the link to its address: check the address and that the link is up, e.g. with tbrdma devices)", peer)
+	}
+	return ""
 }
 
 // localAddr is the IP address of our end of c: the address the peer
@@ -149,7 +176,10 @@ func closeOnCancel(ctx context.Context, c net.Conn) func() bool {
 // tests use it).
 func checkPort(port int, peer string) error {
 	if port < 0 || port > 65535 || (port == 0 && peer != "") {
-		return FlagErrorf("invalid -p %d", port)
+		if peer != "" {
+			return FlagErrorf("invalid -p %d: want 1..65535 (the port the server listens on)", port)
+		}
+		return FlagErrorf("invalid -p %d: want 1..65535, or 0 for any free port (printed on stderr)", port)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
 	"github.com/tbrdma/tbrdma/discovery"
 	"github.com/tbrdma/tbrdma/transport"
+	"github.com/tbrdma/tbrdma/transport/wire"
 	"github.com/tbrdma/tbrdma/verbs"
 )
 
@@ -68,7 +69,11 @@ func openDeviceWith(addr netip.Addr, log *slog.Logger, wrap func(transport.Conn)
 		ctx, err = verbs.NewContext(&verbs.Options{Addr: addr, ActiveMTU: verbs.MTU4096, Logger: log, WrapConn: wrap})
 	}
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return nil, fmt.Errorf("open device on %v: UDP port 4791 at %v is in use (by rdma_rxe or another tbrdma): pick another local address with --bind", addr, addr)
+		port := wire.UDPPort
+		if _, ok := findPortHolder("udp", addr, port); ok {
+			return nil, fmt.Errorf("open device on %v: UDP port %d at %v is in use: %s: stop it, or pick another local address with --bind", addr, port, addr, portHolderText("udp", addr, port))
+		}
+		return nil, fmt.Errorf("open device on %v: UDP port %d at %v is in use (by rdma_rxe, whose devices tbrdma devices lists, or by a process: %s names it): pick another local address with --bind, or stop its holder", addr, port, addr, portLookupCommand("udp", port))
 	}
 	if errors.Is(err, syscall.EADDRNOTAVAIL) {
 		return nil, fmt.Errorf("open device on %v: no interface has that address (--bind must be a local address)", addr)

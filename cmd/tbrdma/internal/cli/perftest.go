@@ -91,6 +91,8 @@ type perftestOptions struct {
 	AnyInterface bool
 
 	bind netip.Addr
+	// device is the device -d named (nil: none, or an address).
+	device *verbs.Device
 	// served, set by "tbrdma serve" (serve_oob.go): the client's
 	// connection, whose version exchange (with the test hint) is done, and
 	// serve's device, which the run shares and leaves open.
@@ -126,6 +128,17 @@ of our end of the TCP connection. A server without --bind answers only a
 client that reaches it on a Thunderbolt interface (or loopback), refusing
 others with a line on stderr; --any-interface answers any interface.
 
+-d takes a device name "tbrdma devices" lists (tb_thunderbolt0, or the
+netdev thunderbolt0), whose first address becomes the local address unless
+--bind is given, or an IP address; another name (a kernel device such as
+rxe0) is refused with the list of devices. -x must be an index of the
+device's GID table (tbrdma devices -v). A server that knows its address
+(--bind, -d) opens its device, and checks that its port is active, before it
+waits for a client. A client gives up connecting after 10s, with -R too (no
+answer: the peer is down, or a firewall drops it); a refusal (nothing
+listens on -p) or an unreachable network fails at once, naming the peer and
+the cause.
+
 -R (--rdma_cm) does as perftest -R: no TCP at all; the server listens with
 rdma_cm on -p (port space RDMA_PS_TCP), a first connection carries the
 exchange in SENDs, a second one is the test's QP. Without --bind a -R server
@@ -152,18 +165,18 @@ address the kernel routes to the peer from.%s`, k.stock, k.stock, perf.Version, 
 	}
 	fl := cmd.Flags()
 	fl.IntVarP(&opts.Port, "port", "p", 18515, "listen on/connect to `port` (TCP; rdma_cm with -R; a server's 0: any free port, printed on stderr)")
-	fl.StringVarP(&opts.Device, "ib-dev", "d", "", "`device`: an IP address is used as --bind; a name is ignored")
+	fl.StringVarP(&opts.Device, "ib-dev", "d", "", "`device`: a name tbrdma devices lists (its first address is the local address unless --bind is given), or an IP address, used as --bind")
 	fl.IntVarP(&opts.IBPort, "ib-port", "i", 1, "use `port` of the device (tbrdma has port 1 only)")
 	fl.IntVarP(&opts.Size, "size", "s", k.defSize, "size of message to exchange")
 	fl.IntVarP(&opts.Iters, "iters", "n", k.defIters, "number of exchanges (at least 5)")
 	fl.IntVarP(&opts.MTU, "mtu", "m", 0, "MTU size: 256 - 4096 (default the port's active MTU, 4096)")
-	fl.IntVarP(&opts.GIDIdx, "gid-index", "x", 0, "GID `index` (accepted; tbrdma's only GID is its address)")
+	fl.IntVarP(&opts.GIDIdx, "gid-index", "x", 0, "GID `index`: checked against the device's GID table (tbrdma devices -v), sent to the peer; the address is the local address")
 	fl.StringVarP(&opts.Conn, "connection", "c", "RC", "connection type (RC only)")
 	fl.IntVarP(&opts.QPTimeout, "qp-timeout", "u", 14, "QP timeout: 4.096 µs × 2^`value`")
 	fl.BoolVarP(&opts.CPUFreq, "CPU-freq", "F", false, "accepted for compatibility (tbrdma uses the monotonic clock)")
 	fl.BoolVarP(&opts.Events, "events", "e", false, "sleep on CQ events (default poll)")
 	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` for RoCE (UDP 4791) and the TCP exchange")
-	fl.Var(newDurationFlag(&opts.Timeout, 0), "timeout", "give up after this long: seconds or a duration such as 1m30s (0: never)")
+	fl.Var(newDurationFlag(&opts.Timeout, 0), "timeout", "give up after this long: seconds or a duration such as 1m30s (0: never)"+connectTimeoutHelp)
 	fl.BoolVar(&opts.JSON, "json", false, "print one JSON object per result row (schemaVersion 1, raw units) instead of perftest's output")
 	fl.BoolVar(&opts.CSV, "csv", false, "print a CSV header and one line per result row (raw units) instead of perftest's output")
 	fl.BoolVarP(&opts.RDMACM, "rdma_cm", "R", false, "connect the QP with rdma_cm on -p (RDMA_PS_TCP) and exchange over rdma_cm, no TCP")
@@ -204,8 +217,14 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 	if o.JSON && o.CSV {
 		return FlagErrorf("--json and --csv cannot be used together")
 	}
-	if o.bind, err = parseBind(o.Bind, o.Device); err != nil {
+	if o.bind, err = parseBind(o.Bind); err != nil {
 		return err
+	}
+	if o.bind, o.device, err = resolveDeviceFlag(o.bind, o.Device); err != nil {
+		return err
+	}
+	if err := checkGIDIndex("-x", o.GIDIdx, o.device); err != nil {
+		return &FlagError{Err: err}
 	}
 	switch o.MTU {
 	case 0, 256, 512, 1024, 2048, 4096:
@@ -222,7 +241,7 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 		return FlagErrorf("invalid -c %s: tbrdma runs %s over RC only", o.Conn, o.Kind.stock)
 	}
 	if o.Iters < 5 {
-		return FlagErrorf("invalid -n %d: at least 5 iterations", o.Iters)
+		return FlagErrorf("invalid -n %d: want 5 or more iterations (perftest's minimum)", o.Iters)
 	}
 	if o.SegmentSize != 0 {
 		if !verbs.ValidSegmentSize(o.SegmentSize) {
@@ -246,13 +265,13 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 		o.Size = 1 << maxSizePow // perftest's buffer size with -a
 	}
 	if o.Size < 1 || o.Size > verbs.MaxMessageSize/2 {
-		return FlagErrorf("invalid -s %d", o.Size)
+		return FlagErrorf("invalid -s %d: want 1..%d bytes (the buffer holds two messages of at most the 2 GiB an RDMA message may have)", o.Size, verbs.MaxMessageSize/2)
 	}
 	if need := bufferSize(o.Size, o.QPs); o.QPs > 1 && need > maxBuffer {
 		return FlagErrorf("-q %d with %s needs a %d MiB buffer (two slices of the largest message per QP, as perftest), more than %d MiB: use fewer QPs or smaller messages", o.QPs, sizeFlag(o), need>>20, maxBuffer>>20)
 	}
 	if o.QPTimeout < 0 || o.QPTimeout > 31 {
-		return FlagErrorf("invalid --qp-timeout %d: 0..31", o.QPTimeout)
+		return FlagErrorf("invalid --qp-timeout %d: want 0..31", o.QPTimeout)
 	}
 	if o.Kind.verb == perf.VerbAtomic {
 		if o.Size != 8 {
@@ -264,19 +283,19 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 	}
 	if o.Kind.verb == perf.VerbRead || o.Kind.verb == perf.VerbAtomic {
 		if o.OutReads < 1 || o.OutReads > verbs.MaxRdAtomic {
-			return FlagErrorf("invalid -o %d: 1..%d", o.OutReads, verbs.MaxRdAtomic)
+			return FlagErrorf("invalid -o %d: want 1..%d", o.OutReads, verbs.MaxRdAtomic)
 		}
 	}
 	if o.Kind.bw {
 		if o.TxDepth < 1 || o.TxDepth > verbs.MaxQPWR {
-			return FlagErrorf("invalid -t %d", o.TxDepth)
+			return FlagErrorf("invalid -t %d: want 1..%d (the largest send queue)", o.TxDepth, verbs.MaxQPWR)
 		}
 		o.TxDepth = min(o.TxDepth, o.Iters)
 		if !c.Flags().Changed("cq-mod") && o.Size > 8192 && !o.All {
 			o.CQMod = 1
 		}
 		if o.CQMod < 1 {
-			return FlagErrorf("invalid -Q %d", o.CQMod)
+			return FlagErrorf("invalid -Q %d: want 1 or more (at most -t; larger values are lowered to it)", o.CQMod)
 		}
 		o.CQMod = min(o.CQMod, o.TxDepth)
 	} else {
@@ -284,7 +303,7 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 	}
 	if o.Kind.verb == perf.VerbSend {
 		if o.RxDepth < 1 || o.RxDepth > verbs.MaxQPWR {
-			return FlagErrorf("invalid -r %d", o.RxDepth)
+			return FlagErrorf("invalid -r %d: want 1..%d (the largest receive queue)", o.RxDepth, verbs.MaxQPWR)
 		}
 		// perftest: at most iters, and even.
 		o.RxDepth = min(o.RxDepth, o.Iters)
@@ -510,6 +529,14 @@ func (t *perftest) openExchange(ctx context.Context) (_ *perf.Comm, done func(),
 		comm, err := t.cm.connectComm(ctx)
 		return comm, t.cm.close, err
 	}
+	if o.Peer == "" && o.served == nil && o.bind.IsValid() {
+		// A one-test server with its address (--bind, -d) opens its
+		// device before it waits, so that a missing or down device
+		// fails now, not once a client has come.
+		if err := t.open(o.bind); err != nil {
+			return nil, func() {}, err
+		}
+	}
 	conn, done, err := t.connectTCP(ctx)
 	if err != nil {
 		return nil, done, err
@@ -518,10 +545,11 @@ func (t *perftest) openExchange(ctx context.Context) (_ *perf.Comm, done func(),
 	if !addr.IsValid() {
 		addr = localAddr(conn)
 	}
-	if o.served != nil {
+	switch {
+	case o.served != nil:
 		t.shared = true
 		err = t.setup(o.served.dev)
-	} else {
+	case t.dev == nil:
 		err = t.open(addr)
 	}
 	if err == nil {
@@ -836,6 +864,13 @@ func (t *perftest) agreeSegment(offer, agreed int) error {
 func (t *perftest) open(addr netip.Addr) error {
 	dev, err := t.o.OpenDevice(addr)
 	if err != nil {
+		return err
+	}
+	if err = checkPortActive(dev); err == nil {
+		err = checkGIDIndex("-x", t.o.GIDIdx, dev.Device())
+	}
+	if err != nil {
+		dev.Close()
 		return err
 	}
 	return t.setup(dev)

@@ -190,7 +190,21 @@ func (cm *perftestCM) dial(ctx context.Context) (*rdmacm.ID, error) {
 		return nil, err
 	}
 	cm.peer = netip.AddrPortFrom(addr, uint16(o.Port))
-	id, err := cm.resolve(ctx)
+	// The whole connection, retries included, within connectTimeout.
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	id, err := cm.dialWithin(ctx, cctx)
+	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
+		return nil, fmt.Errorf("no rdma_cm connection to %v port %d within %v: is the server (tbrdma %s -R, or perftest -R) running there with the same -p, and UDP port 4791 reachable (rdma_rxe or tbrdma on that address)?",
+			cm.peer.Addr(), cm.peer.Port(), connectTimeout, o.Kind.name)
+	}
+	return id, err
+}
+
+// dialWithin connects the comm QP (dial's loop): ctx is the run's, for
+// what outlives the connection; cctx bounds the connection.
+func (cm *perftestCM) dialWithin(ctx, cctx context.Context) (*rdmacm.ID, error) {
+	id, err := cm.resolve(cctx)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +216,7 @@ func (cm *perftestCM) dial(ctx context.Context) (*rdmacm.ID, error) {
 	// (nothing listening yet) as it does the test QP's, for 3 s, so that
 	// it may start together with its server.
 	for try := 1; ; try++ {
-		err := cm.connect(ctx, id)
+		err := cm.connect(cctx, id)
 		if err == nil {
 			return id, nil
 		}
@@ -213,11 +227,11 @@ func (cm *perftestCM) dial(ctx context.Context) (*rdmacm.ID, error) {
 		}
 		select {
 		case <-time.After(cmTestRetryDelay):
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		case <-cctx.Done():
+			return nil, cctx.Err()
 		}
 		// A new ID and comm QP (and CQ: the old ones go with the device).
-		if id, err = cm.resolve(ctx); err != nil {
+		if id, err = cm.resolve(cctx); err != nil {
 			return nil, err
 		}
 		if err := cm.newCommQP(ctx, id); err != nil {

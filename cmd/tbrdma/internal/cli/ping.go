@@ -122,7 +122,7 @@ or never answered), 2 for bad usage.`,
 
 func (o *pingOptions) check() error {
 	var err error
-	if o.bind, err = parseBind(o.Bind, ""); err != nil {
+	if o.bind, err = parseBind(o.Bind); err != nil {
 		return err
 	}
 	if o.Count < 0 {

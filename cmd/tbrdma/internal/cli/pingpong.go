@@ -49,6 +49,8 @@ type pingpongOptions struct {
 
 	bind netip.Addr
 	mtu  verbs.MTU
+	// device is the device -d named (nil: none, or an address).
+	device *verbs.Device
 }
 
 func newCmdPingpong(f *Factory, runF func(*pingpongOptions) error) *cobra.Command {
@@ -68,9 +70,18 @@ without --bind listens for TCP on every address but answers only a client
 that reaches it on a Thunderbolt interface (or loopback); it refuses others
 with a line on stderr and waits on. --any-interface answers any interface.
 
--d takes an IP address as --bind does; a device name (rxe0) is accepted and
-ignored. -g is accepted for compatibility: tbrdma has one GID, the address.
-The stock tool needs -g on RoCE links (rxe), or it sends no GID.
+-d takes a device name "tbrdma devices" lists (tb_thunderbolt0, or the
+netdev thunderbolt0), whose first address becomes the local address unless
+--bind is given, or an IP address, as --bind does; another name (a kernel
+device such as rxe0) is refused with the list of devices. -g must be an
+index of the device's GID table (tbrdma devices -v); the GID used is the
+local address's. The stock tool needs -g on RoCE links (rxe), or it sends no
+GID. A server that knows its address (--bind, -d) opens its device, and
+checks that its port is active, before it waits for a client.
+
+A client gives up connecting after 10s (no answer: the peer is down, or a
+firewall drops the connection); a refusal (nothing listens on -p) or an
+unreachable network fails at once, naming the peer and the cause.
 
 --ud runs ibv_ud_pingpong's test instead: a UD QP (Q_Key 0x11111111), the
 same TCP exchange and output lines, messages of -s bytes (default 1024) that
@@ -104,7 +115,7 @@ the 40 bytes the device reserves for the GRH.`,
 	}
 	fl := cmd.Flags()
 	fl.IntVarP(&opts.Port, "port", "p", 18515, "listen on/connect to TCP `port` (a server's 0: any free port, printed on stderr)")
-	fl.StringVarP(&opts.Device, "ib-dev", "d", "", "`device`: an IP address is used as --bind; a name is ignored")
+	fl.StringVarP(&opts.Device, "ib-dev", "d", "", "`device`: a name tbrdma devices lists (its first address is the local address unless --bind is given), or an IP address, used as --bind")
 	fl.IntVarP(&opts.IBPort, "ib-port", "i", 1, "use `port` of the device (tbrdma has port 1 only)")
 	fl.IntVarP(&opts.Size, "size", "s", 4096, "size of message to exchange (--ud: 1024, at most the port's active MTU)")
 	fl.IntVarP(&opts.MTU, "mtu", "m", 1024, "path MTU (256, 512, 1024, 2048 or 4096)")
@@ -112,19 +123,25 @@ the 40 bytes the device reserves for the GRH.`,
 	fl.IntVarP(&opts.Iters, "iters", "n", 1000, "number of exchanges")
 	fl.IntVarP(&opts.SL, "sl", "l", 0, "service level value (not used on RoCEv2)")
 	fl.BoolVarP(&opts.Events, "events", "e", false, "sleep on CQ events (default poll)")
-	fl.IntVarP(&opts.GIDIdx, "gid-idx", "g", -1, "local port GID `index` (accepted; tbrdma's only GID is its address)")
+	fl.IntVarP(&opts.GIDIdx, "gid-idx", "g", -1, "local port GID `index`: checked against the device's GID table (tbrdma devices -v); the address is the local address")
 	fl.BoolVarP(&opts.Chk, "chk", "c", false, "validate received buffer")
 	fl.BoolVar(&opts.UD, "ud", false, "UD datagrams, as ibv_ud_pingpong (Q_Key 0x11111111, one packet per message)")
 	fl.StringVar(&opts.Bind, "bind", "", "local IP `address` for RoCE (UDP 4791) and the TCP exchange")
-	fl.Var(newDurationFlag(&opts.Timeout, 0), "timeout", "give up after this long: seconds or a duration such as 1m30s (0: never)")
+	fl.Var(newDurationFlag(&opts.Timeout, 0), "timeout", "give up after this long: seconds or a duration such as 1m30s (0: never)"+connectTimeoutHelp)
 	addAnyInterfaceFlag(fl, &opts.AnyInterface)
 	return cmd
 }
 
 func (o *pingpongOptions) check() error {
 	var err error
-	if o.bind, err = parseBind(o.Bind, o.Device); err != nil {
+	if o.bind, err = parseBind(o.Bind); err != nil {
 		return err
+	}
+	if o.bind, o.device, err = resolveDeviceFlag(o.bind, o.Device); err != nil {
+		return err
+	}
+	if err := checkGIDIndex("-g", o.GIDIdx, o.device); err != nil {
+		return &FlagError{Err: err}
 	}
 	switch o.MTU {
 	case 256, 512, 1024, 2048, 4096:
@@ -139,13 +156,13 @@ func (o *pingpongOptions) check() error {
 		return err
 	}
 	if o.Size < 0 || o.Size > verbs.MaxMessageSize {
-		return FlagErrorf("invalid -s %d", o.Size)
+		return FlagErrorf("invalid -s %d: want 0..%d bytes (the largest RDMA message)", o.Size, verbs.MaxMessageSize)
 	}
 	if o.RxDepth < 1 || o.RxDepth > verbs.MaxQPWR {
 		return FlagErrorf("invalid -r %d: want 1..%d", o.RxDepth, verbs.MaxQPWR)
 	}
 	if o.Iters < 1 {
-		return FlagErrorf("invalid -n %d", o.Iters)
+		return FlagErrorf("invalid -n %d: want 1 or more exchanges", o.Iters)
 	}
 	return nil
 }
@@ -273,6 +290,12 @@ func (pp *pingpong) open(addr netip.Addr) error {
 		return err
 	}
 	pp.dev = dev
+	if err := checkPortActive(dev); err != nil {
+		return err
+	}
+	if err := checkGIDIndex("-g", o.GIDIdx, dev.Device()); err != nil {
+		return err
+	}
 	if err := pp.setupQP(); err != nil {
 		return err
 	}

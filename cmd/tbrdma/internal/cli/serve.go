@@ -98,7 +98,7 @@ and exits 0.`,
 		RunE: func(c *cobra.Command, _ []string) error {
 			opts.OpenDevice, opts.Logger = f.OpenDevice, f.Logger
 			var err error
-			if opts.bind, err = parseBind(opts.Bind, ""); err != nil {
+			if opts.bind, err = parseBind(opts.Bind); err != nil {
 				return err
 			}
 			if opts.Port < 0 || opts.Port > 65535 {

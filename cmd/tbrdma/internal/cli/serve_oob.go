@@ -421,6 +421,9 @@ func listenOOB(ctx context.Context, addr netip.Addr, port int) (net.Listener, er
 	lc := net.ListenConfig{KeepAliveConfig: exchangeKeepAlive}
 	ln, err := lc.Listen(ctx, "tcp", netip.AddrPortFrom(addr, uint16(port)).String())
 	if err != nil {
+		if hint := portInUseHint(err, addr, port, "stop it, or give another --oob-port (or --oob-port 0 to host no tests)"); hint != "" {
+			return nil, fmt.Errorf("listen on TCP %v port %d for pingpong and perftest clients: %w: %s", addr, port, err, hint)
+		}
 		return nil, fmt.Errorf("listen on TCP %v port %d for pingpong and perftest clients: %w (another \"tbrdma write-bw\" or perftest server? stop it, or give --oob-port 0 to host no tests)", addr, port, err)
 	}
 	return ln, nil

@@ -103,7 +103,7 @@ there, refused, a datagram missing), 2 for bad usage.`,
 
 func (o *udaddyOptions) check() error {
 	var err error
-	if o.bind, err = parseBind(o.Bind, ""); err != nil {
+	if o.bind, err = parseBind(o.Bind); err != nil {
 		return FlagErrorf("invalid -b %q: want a local IP address", o.Bind)
 	}
 	if o.Server == "" && !o.bind.IsValid() {
