@@ -122,7 +122,7 @@ RUN=$OUT/guest   # the guest's /job
 rm -rf "$RUN"
 mkdir -p "$RUN/flags" "$RUN/res"
 HOST=$TBVM_HOST_IP GUEST=$TBVM_GUEST_IP
-PERFTEST="--bind $HOST -x 1 -F --qp-timeout=20"   # for the tbrdma arguments in the matrix
+PERFTEST="--bind $HOST -x 0 -F --qp-timeout=20"   # for the tbrdma arguments in the matrix (the namespace has no IPv6: one GID, the IPv4 one)
 LIBPERF="-x 1 -F --qp-timeout=20"                 # for stock perftest over the library (exec lines)
 # UCX over rc_verbs (UD for its handshake) and over ud_verbs, as the guest
 # has them too (ucx_perftest pairings; docs/engines.md for the settings).
