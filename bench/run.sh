@@ -8,7 +8,9 @@
 # ping-pong, blocking and busy-poll) and libfabric's fi_pingpong (tcp msg
 # 1 MiB bandwidth; udp rdm = udp;ofi_rxd 64 B one-way latency) on it, then the
 # tbrdma perftest commands (write-bw 64 KiB and 1 MiB, read-lat, write-lat,
-# send-lat), and prints the issue's ratios with the raw figures as a table
+# send-lat), then the loss section (issue 18: nftables drops 0.1, 1 and 5 % of
+# the packets each namespace sends, the same for iperf3 TCP and write-bw 64 KiB
+# and 1 MiB; needs nft, Debian: nftables), and prints the issue's ratios with the raw figures as a table
 # (stdout) and as JSON. Progress goes to stderr. Needs root (netns, veth),
 # iperf3, sockperf, taskset, ss, python3 and Go (or TBRDMA_BIN); fi_pingpong
 # (Debian: libfabric-bin) is optional: without it, or if it fails in every
@@ -36,7 +38,8 @@
 #                 old and new ratios come from the same run (keys old_*)
 #   FI_TCP_ITERS  -I of fi_pingpong tcp msg 1 MiB  (default 300, as the anchors)
 #   FI_RXD_ITERS  -I of fi_pingpong udp rdm 64 B   (default 2000, as the anchors)
-#   SKIP          any of: iperf sockperf libfabric tbrdma cabi engines stream serve
+#   SKIP          any of: iperf sockperf libfabric tbrdma cabi engines stream serve loss
+#   LOSS_ITERS    -n of the loss section's write-bw 64 KiB / 1 MiB (default 3000 / 150)
 #   STREAM_BYTES  bytes of each stream/TCP io.Copy   (default 1 GiB)
 #   BENCH_NS_A/_B, BENCH_VETH_A/_B  other namespace and temporary veth names
 #                 (default tbbench-a/-b, tbbnchA/B), for two runs side by side
@@ -55,6 +58,7 @@ BENCH_OUT=${BENCH_OUT:-$HERE/results.json}
 REPS=${REPS:-3}
 WB_SECS=${WB_SECS:-5}
 LAT_ITERS=${LAT_ITERS:-5000}
+LOSS_ITERS=${LOSS_ITERS:-3000/150}
 CPU_CLI=${CPU_CLI:-0}
 CPU_SRV=${CPU_SRV:-1}
 QUIET_WAIT=${QUIET_WAIT:-60}
@@ -226,7 +230,7 @@ iperf() {  # iperf udp LEN | iperf tcp
     # -b 0: unlimited; -w 4M: 4 MiB socket buffers (net.core.[rw]mem_max here)
     args=(-u -b 0 -l "$len" -w 4M)
   else
-    k=iperf3_tcp; args=()
+    k=${2:-iperf3_tcp}; args=()   # iperf tcp [KEY]
   fi
   k2="$k.r$REP"
   srv "$k2" 30 iperf3 -s -1 -B $IP_B -p 5201
@@ -244,6 +248,38 @@ EOF
   rec "$k.recv" B/s "$1"; rec "$k.sent" B/s "$2"
   if [ "$kind" = udp ]; then rec "$k.loss" % "$3"; else rec "$k.retrans" count "$4"; fi
   log "$k rep $REP: received $(awk -v b="$1" 'BEGIN{printf "%.3f", b/1e9}') GB/s, sent $(awk -v b="$2" 'BEGIN{printf "%.3f", b/1e9}') GB/s"
+}
+
+# ------------------------------------------------------------------ loss (issue 18)
+# loss_set N : both namespaces drop N per mille of the packets they send to
+# the other (nftables, output hook, at random); 0 removes the rule
+loss_set() {
+  local n=$1 ns peer
+  for ns in $NS_A $NS_B; do
+    peer=$IP_B; [ $ns = $NS_B ] && peer=$IP_A
+    ip netns exec $ns nft delete table inet tbbench_loss 2>/dev/null
+    [ "$n" -gt 0 ] || continue
+    ip netns exec $ns nft add table inet tbbench_loss &&
+      ip netns exec $ns nft 'add chain inet tbbench_loss out { type filter hook output priority 0; }' &&
+      ip netns exec $ns nft "add rule inet tbbench_loss out ip daddr $peer numgen random mod 1000 < $n drop" ||
+      return 1
+  done
+}
+# loss_section : iperf3 TCP and write-bw 64 KiB / 1 MiB (new and, with
+# TBRDMA_OLD_BIN, old) at 0.1, 1 and 5 % loss in both directions; only
+# SKIP=loss leaves it out
+loss_section() {
+  local n i64=${LOSS_ITERS%/*} i1m=${LOSS_ITERS#*/}
+  command -v nft >/dev/null || { fail loss "nft not found: install nftables (Debian: apt-get install nftables) or SKIP=loss"; return; }
+  for n in 1 10 50; do
+    loss_set $n || { fail loss "cannot set the nftables drop rule ($n per mille)"; loss_set 0; return; }
+    measure iperf tcp iperf3_tcp_loss$n
+    measure tb_bw loss${n}_write_bw_64KiB 65536 "$i64"
+    old measure tb_bw old_loss${n}_write_bw_64KiB 65536 "$i64"
+    measure tb_bw loss${n}_write_bw_1MiB 1048576 "$i1m"
+    old measure tb_bw old_loss${n}_write_bw_1MiB 1048576 "$i1m"
+  done
+  loss_set 0
 }
 
 # ------------------------------------------------------------------ sockperf
@@ -601,6 +637,7 @@ for ((REP = 1; REP <= REPS; REP++)); do
   run_eng fi_pp fi_tcp_rxm_1MiB bw 'tcp;ofi_rxm' rdm 1048576 "$FI_TCP_ITERS"
   run_eng fi_pp fi_verbs_rxm_64B oneway 'verbs;ofi_rxm' rdm 64 "$FI_RXD_ITERS"
   run_eng fi_pp fi_tcp_rxm_64B oneway 'tcp;ofi_rxm' rdm 64 "$FI_RXD_ITERS"
+  skip loss || loss_section
 done
 cleanup
 trap - EXIT
@@ -733,6 +770,11 @@ R = [
     ('serve / dedicated: read-lat 64 B busy-poll p99', 'serve_read_lat_64B_poll.p99', 'read_lat_64B_poll.p99', '<=', 1.05, ''),
     ('serve / dedicated: write-lat 64 B t_typical', 'serve_write_lat_64B.t_typical', 'write_lat_64B.t_typical', '<=', 1.05, ''),
     ('serve / dedicated: send-lat 64 B busy-poll t_typical', 'serve_send_lat_64B_poll.t_typical', 'send_lat_64B_poll.t_typical', '<=', 1.05, ''),
+    # loss (issue 18): nftables drops in both directions, the same for TCP and tbrdma
+] + [(('OLD ' if pre else '') + f'write-bw {sn} / iperf3 TCP at {pct} loss', f'{pre}loss{n}_write_bw_{sz}.bw', f'iperf3_tcp_loss{n}.recv',
+      None if pre else '>=', None if pre else 1.0,
+      ('TBRDMA_OLD_BIN; ' if pre else '') + f'nft drops {n} per mille of the packets each namespace sends (TCP segments and UDP GSO batches alike)')
+     for pre in ('', 'old_') for n, pct in ((1, '0.1 %'), (10, '1 %'), (50, '5 %')) for sz, sn in (('64KiB', '64 KiB'), ('1MiB', '1 MiB'))] + [
     # the older binary (TBRDMA_OLD_BIN), same run
     ('OLD write-bw 1 MiB / iperf3 UDP 65000 B received', 'old_write_bw_1MiB.bw', 'iperf3_udp65000.recv', None, None, 'TBRDMA_OLD_BIN'),
     ('OLD read-lat 64 B event t_typical / sockperf blocking p50 RTT', 'old_read_lat_64B_event.t_typical',
