@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"fmt"
-	"math/rand/v2"
 	"os/exec"
 	"strings"
 	"testing"
@@ -21,40 +20,11 @@ const (
 	silentMAC  = "02:00:c6:12:2a:05"
 )
 
-// newBoundLink creates namespaces A and B joined by a thunderbolt0 veth
-// pair (MTU 65520) with 198.18.42.1 and .2, and deletes them when the test
-// ends.
+// newBoundLink is a veth link (newVethLink) whose namespace A has a
+// permanent neighbour entry for silentAddr, a host that never answers.
 func newBoundLink(t *testing.T) *link {
 	t.Helper()
-	needNetns(t)
-	id := fmt.Sprintf("%06x", rand.Uint32()&0xffffff)
-	l := &link{nsA: "tbbnd-" + id + "-a", nsB: "tbbnd-" + id + "-b", addrA: boundAddrA, addrB: boundAddrB, absent: "198.18.42.3"}
-	vA, vB := "tbb"+id+"a", "tbb"+id+"b"
-	if err := ipCmd("netns", "add", l.nsA); err != nil {
-		t.Skipf("cannot create a network namespace (%v): run as root on Linux with netns support", err)
-	}
-	t.Cleanup(func() { ipCmd("netns", "del", l.nsA) })
-	if err := ipCmd("netns", "add", l.nsB); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ipCmd("netns", "del", l.nsB) })
-	if err := ipCmd("link", "add", vA, "type", "veth", "peer", "name", vB); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ipCmd("link", "del", vA) })
-	for _, s := range []struct{ ns, veth, addr string }{{l.nsA, vA, l.addrA}, {l.nsB, vB, l.addrB}} {
-		for _, st := range [][]string{
-			{"link", "set", s.veth, "netns", s.ns},
-			{"-n", s.ns, "link", "set", "lo", "up"},
-			{"-n", s.ns, "link", "set", s.veth, "name", "thunderbolt0"},
-			{"-n", s.ns, "link", "set", "thunderbolt0", "mtu", "65520", "up"},
-			{"-n", s.ns, "addr", "add", s.addr + "/29", "dev", "thunderbolt0"},
-		} {
-			if err := ipCmd(st...); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	l := newVethLink(t, "bnd", boundAddrA, boundAddrB, "198.18.42.3")
 	if err := ipCmd("-n", l.nsA, "neigh", "add", silentAddr, "lladdr", silentMAC, "dev", "thunderbolt0", "nud", "permanent"); err != nil {
 		t.Fatal(err)
 	}

@@ -52,10 +52,19 @@ const (
 // pair with 198.18.10.1 and .2, and deletes them when the test ends.
 func newFailLink(t *testing.T) *link {
 	t.Helper()
+	return newVethLink(t, "f", failAddrA, failAddrB, "198.18.10.3")
+}
+
+// newVethLink creates namespaces tb<tag>… A and B joined by a thunderbolt0
+// veth pair (MTU 65520) with addrA and addrB (/29; absent is a free address
+// of that network), and deletes them when the test ends. It skips the test
+// where namespaces cannot be made.
+func newVethLink(t *testing.T, tag, addrA, addrB, absent string) *link {
+	t.Helper()
 	needNetns(t)
 	id := fmt.Sprintf("%06x", rand.Uint32()&0xffffff)
-	l := &link{nsA: "tbfail-" + id + "-a", nsB: "tbfail-" + id + "-b", addrA: failAddrA, addrB: failAddrB, absent: "198.18.10.3"}
-	vA, vB := "tbf"+id+"a", "tbf"+id+"b"
+	l := &link{nsA: "tb" + tag + "-" + id + "-a", nsB: "tb" + tag + "-" + id + "-b", addrA: addrA, addrB: addrB, absent: absent}
+	vA, vB := "tb"+tag+id+"a", "tb"+tag+id+"b"
 	if err := ipCmd("netns", "add", l.nsA); err != nil {
 		t.Skipf("cannot create a network namespace (%v): run as root on Linux with netns support", err)
 	}
