@@ -52,7 +52,8 @@ func (m mismatchFlags) String() string {
 //     and send-lat, where the server sends as well, the same -s;
 //   - where the server counts messages (send-bw, send-lat, write-lat,
 //     atomic-lat) the same -n, and for atomic-lat the same -A;
-//   - the same -q (each end exchanges one description per QP).
+//   - the same -q (each end exchanges one description per QP);
+//   - the same -c (QPs of different types do not talk to each other).
 func perftestMismatch(o *perftestOptions, h string) string {
 	test, kv, err := parseHint(h)
 	if err != nil {
@@ -78,6 +79,11 @@ func perftestMismatch(o *perftestOptions, h string) string {
 	}
 	if cl.test == sv.test && k.verb == perf.VerbAtomic && cl.a != sv.a {
 		extra = append(extra, fmt.Sprintf("-A %s, this server -A %s", cl.a, sv.a))
+	}
+	if c := kv["c"]; cl.test == sv.test && c != "" && c != o.Conn {
+		extra = append(extra, fmt.Sprintf("-c %s, this server -c %s", c, o.Conn))
+	} else if cl.test == sv.test && c == "" && o.Conn != "RC" {
+		extra = append(extra, fmt.Sprintf("-c RC (a tbrdma without -c), this server -c %s", o.Conn))
 	}
 	if cl.test == sv.test {
 		switch q, err := hintQPs(kv); {

@@ -79,6 +79,15 @@ type perftestOptions struct {
 	// CPUProfile, when set (hidden --cpuprofile), is where the run's CPU
 	// profile goes (bench/run.sh PROFILE=1 uses it).
 	CPUProfile string
+	// sizeGiven: -s was on the command line (perftest's req_size): over UD
+	// a larger -s than the MTU fails rather than shrinks to it.
+	sizeGiven bool
+	// udMTU, set once the MTU is agreed with -c UD, bounds the sizes: a UD
+	// message is one packet (perftest runs -a up to the MTU).
+	udMTU int
+	// aliveCheck is send-bw's server wait for the next message over UC
+	// and UD (perf.Loop.AliveCheck); 0: perftest's 60 s (tests shorten it).
+	aliveCheck time.Duration
 	// Trace, when set (hidden --trace), is where the run's execution trace
 	// goes (runtime/trace: where the goroutines wait).
 	Trace string
@@ -117,7 +126,7 @@ refused at once, by a tbrdma server and in the key exchange alike.`
 	cmd := &cobra.Command{
 		Use:   k.name + " [flags] [peer]",
 		Short: fmt.Sprintf("%s, compatible with perftest's %s", testTitle(k), k.stock),
-		Long: fmt.Sprintf(`Run perftest's %s test over an RC QP. Without a peer tbrdma is the
+		Long: fmt.Sprintf(`Run perftest's %s test over an RC QP%s. Without a peer tbrdma is the
 server and waits for one client; with a peer it is the client. Flags, the
 TCP exchange on port 18515 and the output are perftest's, so the other side
 may be a stock %s on a Linux rdma_rxe (or RoCE) host. tbrdma
@@ -144,7 +153,7 @@ rdma_cm on -p (port space RDMA_PS_TCP), a first connection carries the
 exchange in SENDs, a second one is the test's QP. Without --bind a -R server
 listens on every up IPv4 address of the Thunderbolt interfaces (with
 --any-interface: of every non-loopback interface); a client uses the source
-address the kernel routes to the peer from.%s`, k.stock, k.stock, perf.Version, qps),
+address the kernel routes to the peer from.%s`, k.stock, connLong(k), k.stock, perf.Version, qps),
 		Example: fmt.Sprintf(`  %s -d rxe0 -x 1 -F                     # stock server on 198.18.0.2
   tbrdma %s 198.18.0.2                       # tbrdma client`, k.stock, k.name),
 		Args:              maxArgs(1),
@@ -171,7 +180,7 @@ address the kernel routes to the peer from.%s`, k.stock, k.stock, perf.Version, 
 	fl.IntVarP(&opts.Iters, "iters", "n", k.defIters, "number of exchanges (at least 5)")
 	fl.IntVarP(&opts.MTU, "mtu", "m", 0, "MTU size: 256 - 4096 (default the port's active MTU, 4096)")
 	fl.IntVarP(&opts.GIDIdx, "gid-index", "x", 0, "GID `index`: checked against the device's GID table (tbrdma devices -v), sent to the peer; the address is the local address")
-	fl.StringVarP(&opts.Conn, "connection", "c", "RC", "connection type (RC only)")
+	fl.StringVarP(&opts.Conn, "connection", "c", "RC", connHelp(k))
 	fl.IntVarP(&opts.QPTimeout, "qp-timeout", "u", 14, "QP timeout: 4.096 µs × 2^`value`")
 	fl.BoolVarP(&opts.CPUFreq, "CPU-freq", "F", false, "accepted for compatibility (tbrdma uses the monotonic clock)")
 	fl.BoolVarP(&opts.Events, "events", "e", false, "sleep on CQ events (default poll)")
@@ -237,8 +246,9 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 	if err := checkPort(o.Port, o.Peer); err != nil {
 		return err
 	}
-	if o.Conn != "RC" {
-		return FlagErrorf("invalid -c %s: tbrdma runs %s over RC only", o.Conn, o.Kind.stock)
+	o.sizeGiven = c.Flags().Changed("size")
+	if err := checkConn(o.Kind, o.Conn); err != nil {
+		return &FlagError{Err: err}
 	}
 	if o.Iters < 5 {
 		return FlagErrorf("invalid -n %d: want 5 or more iterations (perftest's minimum)", o.Iters)
@@ -248,6 +258,9 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 			return FlagErrorf("invalid --segment-size %d: a multiple of 4096 from %d to %d", o.SegmentSize, verbs.MinSegmentSize, verbs.SegmentSizeLimit)
 		}
 		o.LargeSegments = true
+	}
+	if err := o.checkUnreliable(); err != nil {
+		return err
 	}
 	if o.LargeSegments && o.RDMACM {
 		return FlagErrorf("--large-segments works with the TCP exchange only, not with -R: drop one of them")
@@ -291,7 +304,8 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 			return FlagErrorf("invalid -t %d: want 1..%d (the largest send queue)", o.TxDepth, verbs.MaxQPWR)
 		}
 		o.TxDepth = min(o.TxDepth, o.Iters)
-		if !c.Flags().Changed("cq-mod") && o.Size > 8192 && !o.All {
+		// perftest keeps -Q over UD, whose messages are small anyway.
+		if !c.Flags().Changed("cq-mod") && o.Size > 8192 && !o.All && o.Conn != "UD" {
 			o.CQMod = 1
 		}
 		if o.CQMod < 1 {
@@ -307,6 +321,11 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 		}
 		// perftest: at most iters, and even.
 		o.RxDepth = min(o.RxDepth, o.Iters)
+		if o.Conn != "RC" && o.RxDepth == 512 {
+			// perftest over UC and UD, where a receive missing is a
+			// message lost: its default -r becomes -n (at most 16000).
+			o.RxDepth = min(o.Iters, 16000)
+		}
 		o.RxDepth += o.RxDepth % 2
 	}
 	return nil
@@ -347,7 +366,7 @@ func (o *perftestOptions) sizes() []int {
 		return []int{o.Size}
 	}
 	var s []int
-	for i := 1; i <= maxSizePow; i++ {
+	for i := 1; i <= maxSizePow && (o.udMTU == 0 || 1<<i <= o.udMTU); i++ {
 		s = append(s, 1<<i)
 	}
 	return s
@@ -373,7 +392,8 @@ type perftest struct {
 	peerWindow bool     // the peer is a tbrdma that made the window offer (perf.TbrdmaWindow)
 	oob        net.Conn // the TCP exchange's connection (nil with -R)
 	info       perf.TestInfo
-	loop       *perf.Loop // the data path, once the QP is connected
+	loop       *perf.Loop    // the data path, once the QP is connected
+	ud         []perf.UDPeer // -c UD: each QP's peer, made as the QPs connect
 	csv        *jsonout.CSVWriter
 	// shared: dev is "tbrdma serve"'s; close releases only the run's QP,
 	// MR and channel.
@@ -622,9 +642,12 @@ func (t *perftest) exchangeParams(ctx context.Context, comm *perf.Comm) error {
 		return err
 	}
 	t.mtu = verbs.MTU(m)
+	if err := t.capUDSize(); err != nil {
+		return err
+	}
 	t.info = perf.TestInfo{Verb: o.Kind.verb, BW: o.Kind.bw, AtomicType: o.AtomicType, Device: "tbrdma0", QPs: len(t.qps), Server: server,
 		TxDepth: o.TxDepth, RxDepth: o.RxDepth, CQMod: o.CQMod, MTU: t.mtu.Bytes(), GIDIndex: o.GIDIdx, OutReads: o.OutReads,
-		RDMACM: o.RDMACM}
+		RDMACM: o.RDMACM, Conn: o.Conn}
 	perf.PrintHeader(out, &t.info)
 	if o.RDMACM {
 		// perftest -R: a synchronising key exchange (of zeroed
@@ -710,7 +733,7 @@ func (t *perftest) exchangeKeys(comm *perf.Comm) ([]perf.Dest, error) {
 			}
 		}
 	}
-	if t.peerWindow { // a tbrdma peer: the wider send window (tbrdma extension)
+	if t.peerWindow && o.Conn == "RC" { // a tbrdma peer: the wider send window (tbrdma extension)
 		w := perf.SendWindow(len(t.qps), t.seg)
 		for _, qp := range t.qps {
 			if err := qp.SetSendWindow(w); err != nil {
@@ -816,7 +839,7 @@ func (t *perftest) newLoop() *perf.Loop {
 	return &perf.Loop{QP: t.qp, QPs: t.qps, Stride: t.half, MR: t.mr, Buf: t.buf, Half: len(t.qps) * t.half, W: &t.w, Dev: t.dev,
 		Name: o.Kind.name, Verb: o.Kind.verb, Server: o.Peer == "", Iters: o.Iters,
 		TxDepth: o.TxDepth, RxDepth: o.RxDepth, CQMod: o.CQMod, AtomicType: o.AtomicType, Events: o.Events,
-		Now: o.Now, ErrOut: o.IO.ErrOut,
+		Now: o.Now, ErrOut: o.IO.ErrOut, UD: t.ud, AliveCheck: t.aliveCheck(),
 		Progress: func(label string, total uint64) perf.Progress {
 			// On a terminal, a progress line on stderr (gone before the row).
 			p := ui.NewProgress(o.IO, o.Now, label)
@@ -886,8 +909,12 @@ func (t *perftest) setup(dev *verbs.Context) error {
 	}
 	// perftest's buffer: at least a page, and twice the message for the
 	// latency tests (one half per direction).
-	t.half = max(o.Size, os.Getpagesize())
-	t.buf = make([]byte, bufferSize(o.Size, o.qps()))
+	size := o.Size
+	if o.Conn == "UD" {
+		size += perf.UDGRHSize // each receive has room for the GRH too
+	}
+	t.half = max(size, os.Getpagesize())
+	t.buf = make([]byte, bufferSize(size, o.qps()))
 	fill := t.buf
 	if o.Kind.verb == perf.VerbWrite && !o.Kind.bw {
 		fill = t.buf[:t.half] // write-lat polls the second half: keep it zero
@@ -1001,9 +1028,10 @@ func (t *perftest) receivesData() bool {
 	return (t.o.Peer != "") == (t.o.Kind.verb == perf.VerbRead)
 }
 
-// qpInitAttr is the test QP's: RC, tx-depth sends, rx-depth receives.
+// qpInitAttr is the test QP's: -c's type, tx-depth sends, rx-depth
+// receives.
 func (t *perftest) qpInitAttr() *verbs.QPInitAttr {
-	return &verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: t.w.CQ, RecvCQ: t.w.CQ,
+	return &verbs.QPInitAttr{Type: connQPType(t.o.Conn), SendCQ: t.w.CQ, RecvCQ: t.w.CQ,
 		Cap: verbs.QPCap{MaxSendWR: t.o.TxDepth, MaxRecvWR: max(t.o.RxDepth, 1), MaxSendSGE: 1, MaxRecvSGE: 1}}
 }
 
@@ -1016,9 +1044,13 @@ func (t *perftest) createQP() error {
 			return fmt.Errorf("couldn't create QP: %w", err)
 		}
 		t.qps = append(t.qps, qp)
-		if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1,
-			AccessFlags: t.peerAccess()},
-			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		attr := &verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, AccessFlags: t.peerAccess()}
+		mask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags
+		if t.o.Conn == "UD" { // perftest's Q_Key instead of access flags
+			attr.AccessFlags, attr.QKey = 0, perf.UDQKey
+			mask = mask&^verbs.QPAttrAccessFlags | verbs.QPAttrQKey
+		}
+		if err := qp.Modify(attr, mask); err != nil {
 			return fmt.Errorf("failed to modify QP to INIT: %w", err)
 		}
 		t.mys = append(t.mys, t.dest(i, rand.Uint32()&0xFFFFFF))
@@ -1058,6 +1090,9 @@ func (t *perftest) dest(i int, psn uint32) perf.Dest {
 // rem with perftest's attributes.
 func (t *perftest) connect(qp *verbs.QP, my, rem perf.Dest) error {
 	o := t.o
+	if o.Conn != "RC" {
+		return t.connectUnreliable(qp, my, rem)
+	}
 	rd := o.Kind.verb == perf.VerbRead || o.Kind.verb == perf.VerbAtomic
 	destRd := uint8(0)
 	if rd {
@@ -1101,6 +1136,7 @@ func (t *perftest) close() {
 				mr.Deregister()
 			}
 		}
+		t.closeAHs()
 		if t.w.CQ != nil {
 			t.w.CQ.Close() // after the QP that uses it
 		}

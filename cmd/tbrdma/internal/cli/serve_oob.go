@@ -35,8 +35,8 @@ const hintPrefix = "tbtest="
 // hint is the test hint of a perftest client: the test and the flags the
 // server side must share.
 func (o *perftestOptions) hint() string {
-	return fmt.Sprintf("%s%s s=%d n=%d a=%d t=%d Q=%d r=%d o=%d A=%s q=%d", hintPrefix, o.Kind.name,
-		o.Size, o.Iters, b2i(o.All), o.TxDepth, o.CQMod, o.RxDepth, o.OutReads, o.AtomicType, o.qps())
+	return fmt.Sprintf("%s%s s=%d n=%d a=%d t=%d Q=%d r=%d o=%d A=%s q=%d c=%s", hintPrefix, o.Kind.name,
+		o.Size, o.Iters, b2i(o.All), o.TxDepth, o.CQMod, o.RxDepth, o.OutReads, o.AtomicType, o.qps(), o.Conn)
 }
 
 // hint is the test hint of a pingpong client.
@@ -95,6 +95,19 @@ func hintQPs(kv map[string]string) (int, error) {
 	return hintInt(kv, "q", 1, maxQPs)
 }
 
+// hintConn returns the hint's c (-c) for test k, RC when it has none (a
+// tbrdma client from before -c).
+func hintConn(k *perftestKind, kv map[string]string) (string, error) {
+	c, ok := kv["c"]
+	if !ok {
+		return "RC", nil
+	}
+	if err := checkConn(k, c); err != nil {
+		return "", fmt.Errorf("test hint: c=%q: %v", c, err)
+	}
+	return c, nil
+}
+
 // servedKinds are the perftest tests serve hosts, by name.
 var servedKinds = map[string]*perftestKind{}
 
@@ -136,6 +149,9 @@ func perftestFromHint(h string) (*perftestOptions, error) {
 	}
 	o.All = all == 1
 	if o.QPs, err = hintQPs(kv); err != nil {
+		return nil, err
+	}
+	if o.Conn, err = hintConn(k, kv); err != nil {
 		return nil, err
 	}
 	if a, ok := kv["A"]; ok && k.verb == perf.VerbAtomic {

@@ -3,6 +3,7 @@ package perf
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/tbrdma/tbrdma/verbs"
@@ -47,6 +48,7 @@ func (l *Loop) BW(ctx context.Context, rem []Dest, size int) (BWReport, error) {
 				if op != verbs.WRSend {
 					wr.RemoteAddr, wr.RKey = rem[i].VAddr, verbs.RKey(rem[i].RKey)
 				}
+				l.addressUD(&wr, i)
 				if (s+1)%l.CQMod == 0 || s == n-1 {
 					wr.Flags = verbs.SendSignaled
 				}
@@ -88,8 +90,30 @@ func (l *Loop) BW(ctx context.Context, rem []Dest, size int) (BWReport, error) {
 // ReceiveBW is send-bw's server for one size (run_iter_bw_server): with
 // the receives posted (PostRecvs), it completes Iters of them on each QP
 // and times the first to the last.
+//
+// With AliveCheck set (UC, UD) a lost message is never resent: once no
+// message has come for a whole period the server stops, as perftest's
+// check_alive does, with its lines (the counts) and no report.
 func (l *Loop) ReceiveBW(ctx context.Context, size int) (BWReport, error) {
-	if err := l.pollSend(ctx, func() bool { return l.rs.done == l.rs.total }); err != nil {
+	wait, stop := ctx, func() {}
+	var seen *atomic.Uint64
+	if l.AliveCheck > 0 {
+		wait, seen, stop = watchSilence(ctx, l.AliveCheck)
+	}
+	defer stop()
+	err := l.pollSend(wait, func() bool {
+		if seen != nil {
+			seen.Store(uint64(l.rs.done))
+		}
+		return l.rs.done == l.rs.total
+	})
+	if err != nil && context.Cause(wait) == errPeerSilent && ctx.Err() == nil {
+		fmt.Fprintf(l.ErrOut, " Did not get Message for %v, exiting..\n Total Received=%d, Total Iters Required=%d\n", l.AliveCheck, l.rs.done, l.rs.total)
+		fmt.Fprintf(l.ErrOut, "tbrdma: %s: %d of %d messages received, then none for %v: over -c UC or UD a lost message is not resent (perftest's server gives up so too); run again, with fewer iterations (-n) or a smaller -t if it recurs\n",
+			l.Name, l.rs.done, l.rs.total, l.AliveCheck)
+		return BWReport{}, ErrReported
+	}
+	if err != nil {
 		return BWReport{}, err
 	}
 	return ReceiveBandwidth(size, l.rs.total, l.rs.first, l.rs.latest), nil

@@ -61,8 +61,49 @@ type Loop struct {
 	// bytes (the command draws it on a terminal only); nil draws none.
 	Progress func(label string, total uint64) Progress
 
+	// UD, set for -c UD (SEND tests), addresses each QP's SENDs: UD[i]
+	// is QP i's peer. Its receives have room for the GRH in front of the
+	// message (UDGRHSize bytes), as perftest posts them.
+	UD []UDPeer
+	// AliveCheck, when set (-c UC and UD), bounds ReceiveBW's wait for
+	// the next message, as perftest's check_alive does: a message lost on
+	// an unreliable QP is never resent, so the server gives up once none
+	// has come for a whole period (after one to two periods).
+	AliveCheck time.Duration
+
 	rs   recvState // SEND tests: the receive queue
 	sent int       // SEND tests: send completions seen
+}
+
+// UDPeer is where a UD QP's SENDs go: the peer QP's address handle and
+// number; the Q_Key is perftest's (UDQKey).
+type UDPeer struct {
+	AH  *verbs.AH
+	QPN verbs.QPN
+}
+
+// perftest's UD constants (perftest_parameters.h): the Q_Key every UD QP
+// has and sends to, and the room in front of each UD receive for the
+// 40-byte GRH the device writes there (a receive's length counts it).
+const (
+	UDQKey    verbs.QKey = 0x11111111
+	UDGRHSize            = 40
+)
+
+// grh is the room in front of each receive: UDGRHSize on UD, else 0.
+func (l *Loop) grh() int {
+	if len(l.UD) > 0 {
+		return UDGRHSize
+	}
+	return 0
+}
+
+// addressUD addresses wr, a SEND on QP i, to its UD peer (nothing on RC
+// and UC).
+func (l *Loop) addressUD(wr *verbs.SendWR, i int) {
+	if i < len(l.UD) {
+		wr.AH, wr.RemoteQPN, wr.RemoteQKey = l.UD[i].AH, l.UD[i].QPN, UDQKey
+	}
 }
 
 // Progress is a live progress line: Update reports the bytes done so far,

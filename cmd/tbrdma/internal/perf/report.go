@@ -36,7 +36,8 @@ type TestInfo struct {
 	MTU        int // bytes
 	GIDIndex   int
 	OutReads   int
-	RDMACM     bool // -R: the QP connected with rdma_cm, the exchange over it
+	RDMACM     bool   // -R: the QP connected with rdma_cm, the exchange over it
+	Conn       string // -c: "RC" (also when empty), "UC" or "UD"
 }
 
 // Title returns the test's title, e.g. "RDMA_Write BW Test".
@@ -65,7 +66,11 @@ func PrintHeader(w io.Writer, t *TestInfo) {
 	fmt.Fprintf(w, "                    %s\n", t.Title())
 	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : %s\n", t.Device)
 	fmt.Fprintf(w, " Number of qps   : %d\t\tTransport type : IB\n", max(t.QPs, 1))
-	fmt.Fprintf(w, " Connection type : RC\t\tUsing SRQ      : OFF\n")
+	conn := t.Conn
+	if conn == "" {
+		conn = "RC"
+	}
+	fmt.Fprintf(w, " Connection type : %s\t\tUsing SRQ      : OFF\n", conn)
 	fmt.Fprintf(w, " PCIe relax order: OFF\n")
 	fmt.Fprintf(w, " ibv_wr* API     : OFF\n")
 	if !t.Server {

@@ -41,7 +41,7 @@ func (l *Loop) PostRecvs(size int) error {
 func (l *Loop) postRecv(i int) error {
 	// Every receive lands in the second half of the buffer (QP i's slice
 	// of it); the first half is what this side sends.
-	wr := verbs.RecvWR{WRID: wrID(i, l.rs.qposted[i]), SGList: []verbs.SGE{l.MR.SGE(l.Half+i*l.Stride, l.rs.size)}}
+	wr := verbs.RecvWR{WRID: wrID(i, l.rs.qposted[i]), SGList: []verbs.SGE{l.MR.SGE(l.Half+i*l.Stride, l.grh()+l.rs.size)}}
 	if _, err := l.qps()[i].PostRecv(wr); err != nil {
 		return fmt.Errorf("couldn't post receive: %d of %d: %w", l.rs.posted+1, l.rs.total, err)
 	}
@@ -69,8 +69,8 @@ func (l *Loop) pollSend(ctx context.Context, done func() bool) error {
 				l.sent++
 				continue
 			}
-			if int(wc.ByteLen) != l.rs.size {
-				fmt.Fprintf(l.ErrOut, "tbrdma: received a %d-byte message, want %d\n", wc.ByteLen, l.rs.size)
+			if int(wc.ByteLen)-l.grh() != l.rs.size {
+				fmt.Fprintf(l.ErrOut, "tbrdma: received a %d-byte message, want %d\n", int(wc.ByteLen)-l.grh(), l.rs.size)
 				return ErrReported
 			}
 			if l.rs.done == 0 {
@@ -97,6 +97,7 @@ func (l *Loop) SendLat(ctx context.Context, size int) (LatStats, error) {
 	client := !l.Server
 	posted := make([]time.Time, n)
 	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{l.MR.SGE(0, size)}}
+	l.addressUD(&wr, 0)
 	l.sent = 0
 	ctx, seen, stop := watchSilence(ctx, peerSilence)
 	defer stop()
