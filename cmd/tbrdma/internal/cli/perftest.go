@@ -99,6 +99,8 @@ type perftestOptions struct {
 	// are not Thunderbolt (iface.go).
 	AnyInterface bool
 
+	reportFlags // perftest_report.go: -I, -l, -H, -U, -C, --out_json
+
 	bind netip.Addr
 	// device is the device -d named (nil: none, or an address).
 	device *verbs.Device
@@ -195,6 +197,7 @@ address the kernel routes to the peer from.%s`, k.stock, connLong(k), k.stock, p
 	fl.StringVar(&opts.Trace, "trace", "", "write an execution trace of the run to `file` (go tool trace)")
 	_ = fl.MarkHidden("trace")
 	addAnyInterfaceFlag(fl, &opts.AnyInterface)
+	addReportFlags(fl, opts, k)
 	fl.IntVar(&opts.SegmentSize, "segment-size", 0, "segment `bytes` to offer with --large-segments: a multiple of 4096 from 8192 to 61440 (default the largest the link MTU allows)")
 	if k.bw {
 		fl.IntVarP(&opts.TxDepth, "tx-depth", "t", 128, "size of the send queue")
@@ -315,6 +318,9 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 	} else {
 		o.TxDepth = 1
 	}
+	if err := o.checkReport(c); err != nil {
+		return err
+	}
 	if o.Kind.verb == perf.VerbSend {
 		if o.RxDepth < 1 || o.RxDepth > verbs.MaxQPWR {
 			return FlagErrorf("invalid -r %d: want 1..%d (the largest receive queue)", o.RxDepth, verbs.MaxQPWR)
@@ -430,6 +436,10 @@ func (t *perftest) row(r *jsonout.BenchV1) error {
 // printLat writes a latency row: perftest's table line, or a machine row
 // in nanoseconds.
 func (t *perftest) printLat(s perf.LatStats) error {
+	t.printSamples(s)
+	if err := t.writeOutJSON(func(w io.Writer) error { return perf.WriteLatJSON(w, &t.info, s) }); err != nil {
+		return err
+	}
 	if !t.o.JSON && !t.o.CSV {
 		perf.PrintLat(t.o.IO.Out, s)
 		return nil
@@ -443,6 +453,9 @@ func (t *perftest) printLat(s perf.LatStats) error {
 // printBW writes a bandwidth row: perftest's table line, or a machine row
 // in bits/s and packets/s.
 func (t *perftest) printBW(r perf.BWReport) error {
+	if err := t.writeOutJSON(func(w io.Writer) error { return perf.WriteBWJSON(w, &t.info, r) }); err != nil {
+		return err
+	}
 	if !t.o.JSON && !t.o.CSV {
 		perf.PrintBW(t.o.IO.Out, r)
 		return nil
@@ -509,6 +522,9 @@ func (t *perftest) run(ctx context.Context) error {
 	o := t.o
 	k := o.Kind
 	server := o.Peer == ""
+	if o.postListCQ {
+		fmt.Fprintf(t.human(), "%s\nPost List requested - CQ moderation will be the size of the post list\n", perf.Line)
+	}
 	if server && !o.RDMACM { // -R: once the rdma_cm listeners are up
 		fmt.Fprint(t.human(), perf.WaitBanner)
 	}
@@ -647,7 +663,7 @@ func (t *perftest) exchangeParams(ctx context.Context, comm *perf.Comm) error {
 	}
 	t.info = perf.TestInfo{Verb: o.Kind.verb, BW: o.Kind.bw, AtomicType: o.AtomicType, Device: "tbrdma0", QPs: len(t.qps), Server: server,
 		TxDepth: o.TxDepth, RxDepth: o.RxDepth, CQMod: o.CQMod, MTU: t.mtu.Bytes(), GIDIndex: o.GIDIdx, OutReads: o.OutReads,
-		RDMACM: o.RDMACM, Conn: o.Conn}
+		RDMACM: o.RDMACM, Conn: o.Conn, Inline: o.Inline, PostList: o.PostList, Events: o.Events}
 	perf.PrintHeader(out, &t.info)
 	if o.RDMACM {
 		// perftest -R: a synchronising key exchange (of zeroed
@@ -839,6 +855,7 @@ func (t *perftest) newLoop() *perf.Loop {
 	return &perf.Loop{QP: t.qp, QPs: t.qps, Stride: t.half, MR: t.mr, Buf: t.buf, Half: len(t.qps) * t.half, W: &t.w, Dev: t.dev,
 		Name: o.Kind.name, Verb: o.Kind.verb, Server: o.Peer == "", Iters: o.Iters,
 		TxDepth: o.TxDepth, RxDepth: o.RxDepth, CQMod: o.CQMod, AtomicType: o.AtomicType, Events: o.Events,
+		Inline: o.Inline, PostList: o.PostList, PerUs: o.mhz,
 		Now: o.Now, ErrOut: o.IO.ErrOut, UD: t.ud, AliveCheck: t.aliveCheck(),
 		Progress: func(label string, total uint64) perf.Progress {
 			// On a terminal, a progress line on stderr (gone before the row).
@@ -1032,7 +1049,7 @@ func (t *perftest) receivesData() bool {
 // receives.
 func (t *perftest) qpInitAttr() *verbs.QPInitAttr {
 	return &verbs.QPInitAttr{Type: connQPType(t.o.Conn), SendCQ: t.w.CQ, RecvCQ: t.w.CQ,
-		Cap: verbs.QPCap{MaxSendWR: t.o.TxDepth, MaxRecvWR: max(t.o.RxDepth, 1), MaxSendSGE: 1, MaxRecvSGE: 1}}
+		Cap: verbs.QPCap{MaxSendWR: t.o.TxDepth, MaxRecvWR: max(t.o.RxDepth, 1), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: t.o.Inline}}
 }
 
 // createQP creates the test's QPs (-q) and moves them to INIT (without

@@ -180,6 +180,7 @@ func perftestFromHint(h string) (*perftestOptions, error) {
 	if k.verb != perf.VerbSend {
 		o.RxDepth = 0
 	}
+	o.Inline = defaultInline(k) // -I is the client's own: serve's side takes perftest's default
 	return o, nil
 }
 

@@ -119,6 +119,13 @@ func TestServeHostsTests(t *testing.T) {
 	check(out, bwRow(16384, 4*50, false))
 	out = client("send-bw", "-q", "3", "-n", "40", "-s", "8192")
 	check(out, bwRow(8192, 3*40, false))
+	// perftest_report.go's flags are the client's own: serve runs its
+	// default side (its send-lat posts inline up to perftest's 236 bytes).
+	out = client("send-bw", "-l", "10", "-I", "128", "-n", "100", "-s", "128")
+	check(out, bwRow(128, 100, false))
+	out = client("send-lat", "-H", "-I", "0", "-n", "50", "-s", "200")
+	check(out, regexp.MustCompile(`(?m)^#, usec\n(\d+, [\d.e+-]+\n){47}-{87}\n`))
+	check(out, latRow(200, 50))
 	waitServeLog(t, errOf, "write-bw: 16384 bytes, 50 iterations on each of 4 QPs")
 	// The server side counted the client's 120 FETCH_AND_ADDs.
 	waitServeLog(t, errOf, "the peer's 120 FETCH_AND_ADD left 120 in the target, as expected")

@@ -40,24 +40,28 @@ func (l *Loop) BW(ctx context.Context, rem []Dest, size int) (BWReport, error) {
 	totS, totC := 0, 0
 	prog := l.progress(fmt.Sprintf("%s %d bytes", l.Name, size), uint64(total)*uint64(size))
 	defer prog.Clear()
+	list := max(l.PostList, 1) // -l: requests per PostSend call
+	wrs := make([]verbs.SendWR, list)
 	for totC < total {
 		for i, qp := range qps {
-			for scnt[i] < n && scnt[i]-ccnt[i] < l.TxDepth {
+			// As perftest: post a whole list while the send queue has
+			// room for it (the command keeps -l at most -t, and -n a
+			// multiple of it).
+			for scnt[i] < n && scnt[i]-ccnt[i]+list <= l.TxDepth {
 				s := scnt[i]
-				wr := verbs.SendWR{WRID: wrID(i, s), Opcode: op, SGList: []verbs.SGE{l.MR.SGE(i*l.Stride, size)}}
-				if op != verbs.WRSend {
-					wr.RemoteAddr, wr.RKey = rem[i].VAddr, verbs.RKey(rem[i].RKey)
+				k := min(list, n-s)
+				for j := range k {
+					wrs[j] = l.bwWR(op, i, s+j, rem[i], size)
 				}
-				l.addressUD(&wr, i)
-				if (s+1)%l.CQMod == 0 || s == n-1 {
-					wr.Flags = verbs.SendSignaled
+				now := l.Now()
+				for j := range k {
+					posted[totS+j] = now
 				}
-				posted[totS] = l.Now()
-				if _, err := qp.PostSend(wr); err != nil {
+				if _, err := qp.PostSend(wrs[:k]...); err != nil {
 					return BWReport{}, fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", i, s, err)
 				}
-				scnt[i]++
-				totS++
+				scnt[i] += k
+				totS += k
 			}
 		}
 		wcs, err := l.W.Wait(ctx)
@@ -85,6 +89,20 @@ func (l *Loop) BW(ctx context.Context, rem []Dest, size int) (BWReport, error) {
 		prog.Update(uint64(totC) * uint64(size))
 	}
 	return Bandwidth(size, posted, completed, l.CQMod), nil
+}
+
+// bwWR is BW's request number s of QP i: signaled every CQMod and at the
+// last, inline when Inline allows.
+func (l *Loop) bwWR(op verbs.WROpcode, i, s int, rem Dest, size int) verbs.SendWR {
+	wr := verbs.SendWR{WRID: wrID(i, s), Opcode: op, SGList: []verbs.SGE{l.MR.SGE(i*l.Stride, size)}, Flags: l.inline(size)}
+	if op != verbs.WRSend {
+		wr.RemoteAddr, wr.RKey = rem.VAddr, verbs.RKey(rem.RKey)
+	}
+	if (s+1)%l.CQMod == 0 || s == l.Iters-1 {
+		wr.Flags |= verbs.SendSignaled
+	}
+	l.addressUD(&wr, i)
+	return wr
 }
 
 // ReceiveBW is send-bw's server for one size (run_iter_bw_server): with

@@ -74,8 +74,7 @@ func (l *Loop) Lat(ctx context.Context, rem Dest, size int) (LatStats, error) {
 		fmt.Fprintf(l.ErrOut, "tbrdma: %d %s results checked: the remote value went from %d to %d as expected\n",
 			l.Iters, l.AtomicType, first, cur)
 	}
-	s, _ := Latency(size, posted, 1)
-	return s, nil
+	return l.latency(size, posted, 1), nil
 }
 
 // CheckAtomicTarget is atomic-lat's server side once the client is done:

@@ -52,6 +52,15 @@ type Loop struct {
 	RxDepth    int    // receives posted at a time (SEND tests)
 	CQMod      int    // BW: one signaled request every CQMod
 	AtomicType string // "FETCH_AND_ADD" or "CMP_AND_SWAP"
+	// Inline is perftest's -I: WRITEs and SENDs of at most Inline bytes
+	// are posted inline (the QP's MaxInlineData must allow it); 0: none.
+	Inline int
+	// PostList is perftest's -l: BW posts PostList requests in one
+	// PostSend call (0 or 1: one at a time).
+	PostList int
+	// PerUs is the latency loops' unit per microsecond (LatencyIn): 0 or 1
+	// for microseconds, the CPU's MHz for perftest's -C (cycles).
+	PerUs float64
 	// Events is -e: WriteLat's wait on memory spins only briefly before it
 	// sleeps between tests.
 	Events bool
@@ -123,6 +132,25 @@ func (l *Loop) progress(label string, total uint64) Progress {
 		return noProgress{}
 	}
 	return l.Progress(label, total)
+}
+
+// inline returns SendInline for a message of size bytes that Inline
+// allows, as perftest sets IBV_SEND_INLINE (size <= -I).
+func (l *Loop) inline(size int) verbs.SendFlags {
+	if size <= l.Inline {
+		return verbs.SendInline
+	}
+	return 0
+}
+
+// latency computes a latency loop's figures in the loop's unit.
+func (l *Loop) latency(size int, posted []time.Time, rttFactor int) LatStats {
+	u := l.PerUs
+	if u <= 0 {
+		u = 1
+	}
+	s, _ := LatencyIn(size, posted, rttFactor, u)
+	return s
 }
 
 // qps returns the test's QPs: QPs, or QP alone.

@@ -54,7 +54,7 @@ func newTestSide(t *testing.T, verb Verb, server bool, half int, depth int) *tes
 		t.Fatal(err)
 	}
 	qp, err := pd.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
-		Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: depth, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: depth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: testInlineCap}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +69,9 @@ func newTestSide(t *testing.T, verb Verb, server bool, half int, depth int) *tes
 		AtomicType: "FETCH_AND_ADD", Now: time.Now, ErrOut: &s.errOut}
 	return s
 }
+
+// testInlineCap is the test QPs' MaxInlineData.
+const testInlineCap = 64
 
 // dest is what the peer learns of s: its QP, and its buffer's first half,
 // or with second its second half (where write-lat's peer writes).

@@ -3,6 +3,7 @@ package perf
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 )
 
@@ -38,6 +39,9 @@ type TestInfo struct {
 	OutReads   int
 	RDMACM     bool   // -R: the QP connected with rdma_cm, the exchange over it
 	Conn       string // -c: "RC" (also when empty), "UC" or "UD"
+	Inline     int    // -I: max inline data (WRITE and SEND tests)
+	PostList   int    // -l: requests per post (bandwidth tests; 0 or 1: none)
+	Events     bool   // -e
 }
 
 // Title returns the test's title, e.g. "RDMA_Write BW Test".
@@ -52,6 +56,9 @@ func (t *TestInfo) Title() string {
 		s = "RDMA_Read"
 	case VerbAtomic:
 		s = "Atomic " + t.AtomicType
+	}
+	if t.BW && t.PostList > 1 {
+		return s + " Post List BW Test"
 	}
 	if t.BW {
 		return s + " BW Test"
@@ -76,6 +83,9 @@ func PrintHeader(w io.Writer, t *TestInfo) {
 	if !t.Server {
 		fmt.Fprintf(w, " TX depth        : %d\n", t.TxDepth)
 	}
+	if t.PostList > 1 {
+		fmt.Fprintf(w, " Post List       : %d\n", t.PostList)
+	}
 	if t.Server && t.Verb == VerbSend {
 		fmt.Fprintf(w, " RX depth        : %d\n", t.RxDepth)
 	}
@@ -88,7 +98,7 @@ func PrintHeader(w io.Writer, t *TestInfo) {
 	if t.Verb == VerbRead || t.Verb == VerbAtomic {
 		fmt.Fprintf(w, " Outstand reads  : %d\n", t.OutReads)
 	} else {
-		fmt.Fprintf(w, " Max inline data : 0[B]\n")
+		fmt.Fprintf(w, " Max inline data : %d[B]\n", t.Inline)
 	}
 	if t.RDMACM {
 		fmt.Fprintf(w, " rdma_cm QPs\t : ON\n")
@@ -146,6 +156,20 @@ func PrintLat(w io.Writer, s LatStats) {
 	fmt.Fprintf(w, " %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f\n",
 		s.Size, s.Iters, s.Min, s.Max, s.Typical, s.Avg, s.Stdev, s.P99, s.P999)
 }
+
+// PrintSamples writes perftest's -H or -U list: a "#, unit" line, then
+// one "i, value" line per sample (C's %g: six significant digits).
+func PrintSamples(w io.Writer, unit string, samples []float64) {
+	fmt.Fprintf(w, "#, %s\n", unit)
+	for i, v := range samples {
+		fmt.Fprintf(w, "%d, %s\n", i+1, cG(v))
+	}
+}
+
+// cG formats v as C's printf "%g" does: six significant digits, no
+// trailing zeros, an exponent of at least two digits below 1e-4 and from
+// 1e6 on.
+func cG(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
 
 // PrintBW writes one bandwidth row.
 func PrintBW(w io.Writer, r BWReport) {

@@ -96,7 +96,7 @@ func (l *Loop) SendLat(ctx context.Context, size int) (LatStats, error) {
 	n := l.Iters
 	client := !l.Server
 	posted := make([]time.Time, n)
-	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{l.MR.SGE(0, size)}}
+	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled | l.inline(size), SGList: []verbs.SGE{l.MR.SGE(0, size)}}
 	l.addressUD(&wr, 0)
 	l.sent = 0
 	ctx, seen, stop := watchSilence(ctx, peerSilence)
@@ -126,6 +126,5 @@ func (l *Loop) SendLat(ctx context.Context, size int) (LatStats, error) {
 	if err := l.pollSend(ctx, func() bool { return l.sent == n }); err != nil {
 		return LatStats{}, err
 	}
-	s, _ := Latency(size, posted, 2)
-	return s, nil
+	return l.latency(size, posted, 2), nil
 }

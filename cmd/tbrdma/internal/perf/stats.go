@@ -6,11 +6,16 @@ import (
 	"time"
 )
 
-// LatStats are the columns of perftest's latency table, in microseconds.
+// LatStats are the columns of perftest's latency table, in microseconds
+// (or, with perftest's -C, in CPU cycles: LatencyIn).
 type LatStats struct {
 	Size, Iters                   int
 	Min, Max, Typical, Avg, Stdev float64
 	P99, P999                     float64
+	// Samples are the iters-1 deltas in the order measured (-U prints
+	// them); Sorted are the ones the figures keep, in ascending order
+	// (-H prints them). Same unit as the figures.
+	Samples, Sorted []float64
 }
 
 // latTail is perftest's LAT_MEASURE_TAIL: the largest samples dropped.
@@ -25,13 +30,21 @@ const latTail = 2
 // figures compare with a stock peer's. ok is false with fewer than four
 // samples.
 func Latency(size int, posted []time.Time, rttFactor int) (s LatStats, ok bool) {
+	return LatencyIn(size, posted, rttFactor, 1)
+}
+
+// LatencyIn is Latency in units of perUs per microsecond: 1 for
+// microseconds, the CPU's MHz for cycles (perftest's -C, whose figures,
+// the truncated deviations too, are computed in cycles).
+func LatencyIn(size int, posted []time.Time, rttFactor int, perUs float64) (s LatStats, ok bool) {
 	if len(posted) < 4 {
 		return LatStats{}, false
 	}
-	d := make([]float64, len(posted)-1)
-	for i := range d {
-		d[i] = float64(posted[i+1].Sub(posted[i]).Nanoseconds()) / 1e3 / float64(rttFactor)
+	raw := make([]float64, len(posted)-1)
+	for i := range raw {
+		raw[i] = float64(posted[i+1].Sub(posted[i]).Nanoseconds()) / 1e3 * perUs / float64(rttFactor)
 	}
+	d := slices.Clone(raw)
 	slices.Sort(d)
 	n := len(d) - latTail
 	var sum float64
@@ -53,7 +66,7 @@ func Latency(size int, posted []time.Time, rttFactor int) (s LatStats, ok bool) 
 	return LatStats{
 		Size: size, Iters: len(posted),
 		Min: d[0], Max: d[n], Typical: med, Avg: avg, Stdev: math.Sqrt(sq / float64(n)),
-		P99: d[i99], P999: d[i999],
+		P99: d[i99], P999: d[i999], Samples: raw, Sorted: d[:n],
 	}, true
 }
 

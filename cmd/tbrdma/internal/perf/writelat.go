@@ -19,7 +19,7 @@ import (
 func (l *Loop) WriteLat(ctx context.Context, rem Dest, size int) (LatStats, error) {
 	n := l.Iters
 	posted := make([]time.Time, n)
-	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: []verbs.SGE{l.MR.SGE(0, size)},
+	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled | l.inline(size), SGList: []verbs.SGE{l.MR.SGE(0, size)},
 		RemoteAddr: rem.VAddr, RKey: verbs.RKey(rem.RKey)}
 	poll := l.Half + size - 1
 	ctx, seen, stop := watchSilence(ctx, peerSilence)
@@ -50,8 +50,7 @@ func (l *Loop) WriteLat(ctx context.Context, rem Dest, size int) (LatStats, erro
 			}
 		}
 	}
-	s, _ := Latency(size, posted, 2)
-	return s, nil
+	return l.latency(size, posted, 2), nil
 }
 
 // waitByte spins until l.Buf[i] == v, as perftest polls its buffer. The
