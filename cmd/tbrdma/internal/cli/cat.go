@@ -54,10 +54,13 @@ type catOptions struct {
 	// change the sender's trailer before it leaves.
 	ready   func([]netip.AddrPort)
 	finHook func(*catTrailer)
+	// findServe finds the tbrdma serve that holds UDP 4791 on one of
+	// the addresses (catrelay.go); tests replace it.
+	findServe func([]netip.Addr) (catServeRef, bool)
 }
 
 func newCmdCat(f *Factory, runF func(*catOptions) error) *cobra.Command {
-	opts := &catOptions{IO: f.IO, Now: f.Now, Resolve: resolveHost, Source: routeSource}
+	opts := &catOptions{IO: f.IO, Now: f.Now, Resolve: resolveHost, Source: routeSource, findServe: findServeRelay}
 	opts.Addrs = servingAddrsFunc(&opts.AnyInterface)
 	cmd := &cobra.Command{
 		Use:   "cat [flags] [peer]",
@@ -87,7 +90,11 @@ Thunderbolt interfaces (each a device with UDP 4791; --any-interface: of
 every non-loopback interface), a sender uses the kernel's source address
 for the peer. -W bounds the connection's setup: the sender's, and the
 receiver's wait from a connection request to the established
-connection; a receiver waits for its sender without limit.`, catDefaultPort, catSlots, catSlotSize>>20),
+connection; a receiver waits for its sender without limit.
+
+On a machine where "tbrdma serve" holds UDP 4791, a receiver has that serve
+listen for it and relay the stream (over a unix socket of serve's, for the
+same user only); the sender sees no difference.`, catDefaultPort, catSlots, catSlotSize>>20),
 		Example: `  tbrdma cat > dir.tar                     # receiver, on 198.18.0.2
   tar c dir | tbrdma cat 198.18.0.2        # sender
   tbrdma cat --bind 198.18.0.1 -p 9000 | tar x`,
@@ -271,6 +278,9 @@ func catCause(err error) error {
 func runCatReceive(ctx context.Context, o *catOptions) error {
 	errOut := o.IO.ErrOut
 	tty := o.IO.IsStderrTTY()
+	if ref, ok := o.serveRelay(); ok {
+		return runCatRelayed(ctx, o, ref)
+	}
 	devs, err := openServingDevices("cat", o.bind, o.Addrs, o.OpenDevice, errOut)
 	defer closeDevices(devs)
 	if err != nil {
@@ -379,7 +389,7 @@ func runCatReceive(ctx context.Context, o *catOptions) error {
 	pipe := make(chan os.Signal, 1)
 	signal.Notify(pipe, syscall.SIGPIPE)
 	defer signal.Stop(pipe)
-	err = catReceive(o, c)
+	err = catReceive(o, c, c.RemoteAddr().(stream.Addr).AddrPort.Addr())
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -451,8 +461,18 @@ func (w *catOutput) emit(b []byte) error {
 	return err
 }
 
-// catReceive receives the stream of an accepted sender.
-func catReceive(o *catOptions, c *stream.Conn) error {
+// catStream is the receiver's side of a sender's stream: a *stream.Conn,
+// or the relay of one by tbrdma serve (catrelay.go). WriteTo returns nil
+// at the stream's checked end, an error matching stream.ErrPeerClosed
+// when the sender left without it.
+type catStream interface {
+	io.Writer
+	io.WriterTo
+	CloseWrite() error
+}
+
+// catReceive receives the stream of an accepted sender at peer.
+func catReceive(o *catOptions, c catStream, peer netip.Addr) error {
 	prog := newCatProgress(o, "received")
 	w := &catOutput{out: o.IO.Out, h: sha256.New(), prog: prog, tail: make([]byte, 0, catTrailerSize)}
 	_, err := c.WriteTo(w)
@@ -462,7 +482,6 @@ func catReceive(o *catOptions, c *stream.Conn) error {
 		c.CloseWrite()
 	}
 	received := w.n + uint64(len(w.tail))
-	peer := c.RemoteAddr().(stream.Addr).AddrPort.Addr()
 	if w.err != nil || err != nil {
 		prog.clear()
 	}

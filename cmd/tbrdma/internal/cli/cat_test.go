@@ -58,6 +58,13 @@ type catResult struct {
 // (the result's stdout is then empty).
 func startCatReceiver(t *testing.T, addr netip.Addr, out io.Writer, args ...string) (wait func() catResult) {
 	t.Helper()
+	return startCatReceiverWith(t, addr, out, nil, args...)
+}
+
+// startCatReceiverWith is startCatReceiver with tweak (if not nil) applied
+// to the options first.
+func startCatReceiverWith(t *testing.T, addr netip.Addr, out io.Writer, tweak func(*catOptions), args ...string) (wait func() catResult) {
+	t.Helper()
 	f, stdout, errOut := testFactory()
 	if out != nil {
 		f.IO.Out = out
@@ -68,6 +75,10 @@ func startCatReceiver(t *testing.T, addr netip.Addr, out io.Writer, args ...stri
 	go func() {
 		code := runCatWith(ctx, f, append([]string{"--bind", addr.String()}, args...), func(o *catOptions) {
 			o.ready = func([]netip.AddrPort) { close(ready) }
+			o.findServe = nil // no serve of the machine's: catrelay_test.go has its own
+			if tweak != nil {
+				tweak(o)
+			}
 		})
 		done <- catResult{code, stdout.Bytes(), errOut.String()}
 	}()

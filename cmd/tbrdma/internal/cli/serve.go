@@ -50,6 +50,9 @@ type serveOptions struct {
 	// AnyInterface serves, without --bind, on every up non-loopback IPv4
 	// address, not only the Thunderbolt ones (iface.go).
 	AnyInterface bool
+	// CatRelay is the socket of the relay for cat receivers on this
+	// machine (serve_catrelay.go); "": the default path.
+	CatRelay string
 
 	bind netip.Addr
 }
@@ -78,6 +81,11 @@ serve stopped). A stock ibv_rc_pingpong client gets serve's defaults (4096
 bytes, 1000 iterations, MTU 1024). "pingpong --ud" and -R (rdma_cm)
 perftest clients are not hosted. A line per client on stderr says what runs
 and how it ended; a failed client never stops serve.
+
+A "tbrdma cat" receiver started on this machine, which cannot open a device
+on serve's addresses, registers with serve over a unix socket (mode 0600,
+same user only) next to serve's live-counter file; serve then listens on
+cat's port for it and relays the stream it accepts.
 
 Without --bind tbrdma serves on the IPv4 addresses of this machine's
 Thunderbolt interfaces only (each is a device with UDP 4791; addresses whose
@@ -172,6 +180,8 @@ func runServe(ctx context.Context, o *serveOptions) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Up before the "listening on" lines: cat receivers may come then.
+	defer startCatRelay(ctx, o.CatRelay, devs, log)()
 	so := rping.ServerOptions{
 		MaxConns: o.MaxConns,
 		Accepted: func(p netip.AddrPort) {
