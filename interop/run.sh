@@ -423,6 +423,12 @@ receive_only() {
     [ "${SERVER[$1]}" = tbrdma ] && [[ ${gw[0]} == ib_*_bw ]] && [ "$c" != RC ]
 }
 
+# perf_sums FILE: the figures (peak, average, rate) of FILE's perftest-style
+# result rows, one row per line.
+perf_sums() {
+    awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && $3 ~ /^[0-9.]+$/ && NF >= 4 { print $3, $4, $5 }' "$1"
+}
+
 # data_check NAME: sets DATA_OK (1/0) and DATA (what was checked), from the
 # guest tool's and tbrdma's output. The check depends on the guest tool.
 data_check() {
@@ -459,6 +465,19 @@ data_check() {
         if { [ "$gr" = $want ] || [ "$tr" = $want ]; } && [ "$gb" = 0 ] && [ "$tb" = 0 ] &&
             ! grep -qi 'completion with error\|couldn.t' "$g" "$t"; then
             DATA_OK=1
+        fi
+        if has -b "${gw[@]}"; then
+            # -b: both sides run traffic and print every row, the sum of the
+            # two sides' reports, which they exchange: the same figures.
+            DATA="$DATA, -b"
+            if [ "$gr" != $want ] || [ "$tr" != $want ] || ! grep -q 'Bidirectional BW Test' "$g" ||
+                ! grep -q 'Bidirectional BW Test' "$t"; then
+                DATA_OK=0 DATA="$DATA: not both sides' rows and Bidirectional headers"
+            elif [ "$(perf_sums "$g")" != "$(perf_sums "$t")" ]; then
+                DATA_OK=0 DATA="$DATA: the sides' sums differ"
+            else
+                DATA="$DATA, sums agree"
+            fi
         fi
         if [ "$tool" = ib_atomic_lat ] && [ "${tw[0]}" = exec ]; then
             DATA="$DATA, values: stock tool's own"

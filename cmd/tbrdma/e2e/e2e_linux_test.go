@@ -280,6 +280,8 @@ func TestTwoMachines(t *testing.T) {
 		{"write-bw", []string{"-n", "200", "-s", "4096"}, true, "both"},
 		{"read-bw", []string{"-n", "200", "-s", "4096"}, true, "both"},
 		{"send-bw", []string{"-n", "200", "-s", "4096"}, true, "both"},
+		{"write-bw", []string{"-n", "200", "-s", "4096", "-b"}, true, "both"},
+		{"send-bw", []string{"-n", "200", "-s", "4096", "-b"}, true, "both"},
 		{"write-lat", []string{"-n", "100"}, false, "both"},
 		{"read-lat", []string{"-n", "100"}, false, "client"},
 		{"send-lat", []string{"-n", "100"}, false, "both"},
@@ -287,8 +289,12 @@ func TestTwoMachines(t *testing.T) {
 	}
 	for _, pt := range perftests {
 		for _, mode := range []string{"perftest", "json"} {
-			step(pt.cmd + " " + mode)
-			t.Run(pt.cmd+" "+mode, func(t *testing.T) {
+			name := pt.cmd
+			if pt.args[len(pt.args)-1] == "-b" {
+				name += " -b"
+			}
+			step(name + " " + mode)
+			t.Run(name+" "+mode, func(t *testing.T) {
 				args := append([]string{pt.cmd}, pt.args...)
 				if mode == "json" {
 					args = append(args, "--json")

@@ -53,7 +53,9 @@ func (m mismatchFlags) String() string {
 //   - where the server counts messages (send-bw, send-lat, write-lat,
 //     atomic-lat) the same -n, and for atomic-lat the same -A;
 //   - the same -q (each end exchanges one description per QP);
-//   - the same -c (QPs of different types do not talk to each other).
+//   - the same -c (QPs of different types do not talk to each other);
+//   - the same -b (with it both ends run traffic and exchange reports
+//     after each size).
 func perftestMismatch(o *perftestOptions, h string) string {
 	test, kv, err := parseHint(h)
 	if err != nil {
@@ -93,6 +95,14 @@ func perftestMismatch(o *perftestOptions, h string) string {
 			extra = append(extra, fmt.Sprintf("-q %d, this server -q %d", q, o.qps()))
 		}
 	}
+	if cl.test == sv.test && k.bw {
+		switch b, err := hintBidir(kv); {
+		case err != nil:
+			extra = append(extra, fmt.Sprintf("b=%s (%v), this server %s", kv["b"], err, bidirWord(o.Bidir)))
+		case b != o.Bidir:
+			extra = append(extra, fmt.Sprintf("%s, this server %s", bidirWord(b), bidirWord(o.Bidir)))
+		}
+	}
 	if !bad && len(extra) == 0 {
 		return ""
 	}
@@ -106,6 +116,14 @@ func perftestMismatch(o *perftestOptions, h string) string {
 		what = "the client runs " + sv.test + " " + strings.Join(extra, "; the client ")
 	}
 	return what + ": start the server with the client's flags, or use tbrdma serve"
+}
+
+// bidirWord names a side's -b for mismatch messages.
+func bidirWord(b bool) string {
+	if b {
+		return "-b (bidirectional)"
+	}
+	return "no -b (unidirectional)"
 }
 
 // refuseClient refuses the client on conn with reason and returns the

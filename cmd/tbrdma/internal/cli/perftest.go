@@ -53,7 +53,8 @@ type perftestOptions struct {
 	IBPort     int
 	Size       int
 	Iters      int
-	QPs        int // -q: QPs in the test (bandwidth tests; 1 for the others)
+	QPs        int  // -q: QPs in the test (bandwidth tests; 1 for the others)
+	Bidir      bool // -b: both sides send at once (bandwidth tests)
 	MTU        int
 	GIDIdx     int
 	Conn       string
@@ -123,7 +124,12 @@ func newCmdPerftest(f *Factory, k *perftestKind, runF func(*perftestOptions) err
 
 -q N (--qp) runs N QPs at once, as perftest's -q: -n iterations on each,
 one row for all of them. Both ends need the same -q; a different one is
-refused at once, by a tbrdma server and in the key exchange alike.`
+refused at once, by a tbrdma server and in the key exchange alike.
+
+-b (--bidirectional) runs the test in both directions at once, as perftest's
+-b: both sides send (write-bw, send-bw) or READ (read-bw), and each prints
+one row of both directions' figures added up. Both ends need -b; a tbrdma
+server without it refuses a -b client at once, and the other way round.`
 	}
 	cmd := &cobra.Command{
 		Use:   k.name + " [flags] [peer]",
@@ -203,6 +209,7 @@ address the kernel routes to the peer from.%s`, k.stock, connLong(k), k.stock, p
 		fl.IntVarP(&opts.TxDepth, "tx-depth", "t", 128, "size of the send queue")
 		fl.IntVarP(&opts.CQMod, "cq-mod", "Q", 100, "generate a completion every `n` messages (1 when size > 8192)")
 		fl.IntVarP(&opts.QPs, "qp", "q", 1, fmt.Sprintf("run `n` QPs at once (1-%d), -n iterations each; the row sums them (both ends need the same -q)", maxQPs))
+		fl.BoolVarP(&opts.Bidir, "bidirectional", "b", false, "run in both directions at once; the row adds up both sides' figures (both ends need -b)")
 	}
 	if k.verb == perf.VerbSend {
 		fl.IntVarP(&opts.RxDepth, "rx-depth", "r", 512, "size of the receive queue")
@@ -546,6 +553,8 @@ func (t *perftest) run(ctx context.Context) error {
 		return t.runSend(ctx, comm, rems)
 	case k.verb == perf.VerbWrite && !k.bw:
 		return t.runWriteLat(ctx, rems[0])
+	case o.Bidir:
+		return t.runBidir(ctx, comm, rems)
 	case server:
 		return t.serve(ctx, comm)
 	case !k.bw:
@@ -663,7 +672,7 @@ func (t *perftest) exchangeParams(ctx context.Context, comm *perf.Comm) error {
 	}
 	t.info = perf.TestInfo{Verb: o.Kind.verb, BW: o.Kind.bw, AtomicType: o.AtomicType, Device: "tbrdma0", QPs: len(t.qps), Server: server,
 		TxDepth: o.TxDepth, RxDepth: o.RxDepth, CQMod: o.CQMod, MTU: t.mtu.Bytes(), GIDIndex: o.GIDIdx, OutReads: o.OutReads,
-		RDMACM: o.RDMACM, Conn: o.Conn, Inline: o.Inline, PostList: o.PostList, Events: o.Events}
+		RDMACM: o.RDMACM, Conn: o.Conn, Inline: o.Inline, PostList: o.PostList, Events: o.Events, Bidir: o.Bidir}
 	perf.PrintHeader(out, &t.info)
 	if o.RDMACM {
 		// perftest -R: a synchronising key exchange (of zeroed
@@ -855,7 +864,7 @@ func (t *perftest) newLoop() *perf.Loop {
 	return &perf.Loop{QP: t.qp, QPs: t.qps, Stride: t.half, MR: t.mr, Buf: t.buf, Half: len(t.qps) * t.half, W: &t.w, Dev: t.dev,
 		Name: o.Kind.name, Verb: o.Kind.verb, Server: o.Peer == "", Iters: o.Iters,
 		TxDepth: o.TxDepth, RxDepth: o.RxDepth, CQMod: o.CQMod, AtomicType: o.AtomicType, Events: o.Events,
-		Inline: o.Inline, PostList: o.PostList, PerUs: o.mhz,
+		Inline: o.Inline, PostList: o.PostList, PerUs: o.mhz, Bidir: o.Bidir,
 		Now: o.Now, ErrOut: o.IO.ErrOut, UD: t.ud, AliveCheck: t.aliveCheck(),
 		Progress: func(label string, total uint64) perf.Progress {
 			// On a terminal, a progress line on stderr (gone before the row).
@@ -936,10 +945,11 @@ func (t *perftest) setup(dev *verbs.Context) error {
 	if o.Kind.verb == perf.VerbWrite && !o.Kind.bw {
 		fill = t.buf[:t.half] // write-lat polls the second half: keep it zero
 	}
-	if o.Kind.verb != perf.VerbAtomic && o.Peer == "" {
-		// A pattern, so that READ responses and captures show real data.
+	if o.Kind.verb != perf.VerbAtomic && (o.Peer == "" || o.Bidir) {
+		// A pattern, so that READ responses and captures show real data
+		// (with -b the client's too: its peer READs or receives it).
 		for i := range fill {
-			fill[i] = byte(i%251 + 1)
+			fill[i] = bufPattern(i, o.Peer == "")
 		}
 	}
 	t.pd = pd
@@ -1007,13 +1017,14 @@ func (t *perftest) setup(dev *verbs.Context) error {
 // peerAccess is the right this side grants its peer, as perftest grants
 // it: the test's one verb (REMOTE_WRITE, REMOTE_READ or REMOTE_ATOMIC), on
 // the side the peer's requests reach: the server of write-bw, read-bw,
-// read-lat and atomic-lat, both sides of write-lat. The SEND tests, and
-// the other clients, grant nothing. The QP's access flags and the MR over
-// the advertised region (rmr) carry it.
+// read-lat and atomic-lat, both sides of write-lat and of write-bw and
+// read-bw with -b. The SEND tests, and the other clients, grant nothing.
+// The QP's access flags and the MR over the advertised region (rmr) carry
+// it.
 func (t *perftest) peerAccess() verbs.AccessFlags {
 	k := t.o.Kind
 	writeLat := k.verb == perf.VerbWrite && !k.bw
-	if t.o.Peer != "" && !writeLat {
+	if t.o.Peer != "" && !writeLat && !t.o.Bidir {
 		return 0
 	}
 	switch k.verb {
@@ -1029,14 +1040,28 @@ func (t *perftest) peerAccess() verbs.AccessFlags {
 
 // peerOffset is where in the buffer the advertised region starts: the
 // second half for write-lat (as perftest: the peer writes there, we poll
-// it), else the first. The region is half bytes long: the largest message
-// (-s, or -a's 8 MiB), at least a page, as stock perftest's bandwidth
-// clients walk a page-sized cycle buffer with small messages.
+// it) and for -b (the peer's WRITEs land there, and its READs read there,
+// clear of the first half this side sends from or READs into), else the
+// first. The region is half bytes long per QP: the largest message (-s,
+// or -a's 8 MiB), at least a page, as stock perftest's bandwidth clients
+// walk a page-sized cycle buffer with small messages.
 func (t *perftest) peerOffset() int {
 	if k := t.o.Kind; k.verb == perf.VerbWrite && !k.bw {
 		return t.half
 	}
+	if t.o.Bidir {
+		return t.o.qps() * t.half
+	}
 	return 0
+}
+
+// bufPattern is byte i of a side's buffer: the server's pattern, or with
+// -b the client's, another one, so that a test tells whose data it sees.
+func bufPattern(i int, server bool) byte {
+	if server {
+		return byte(i%251 + 1)
+	}
+	return byte(i%241 + 7)
 }
 
 // receivesData reports whether this end is the one the test's payload

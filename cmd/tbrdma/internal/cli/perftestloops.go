@@ -18,7 +18,9 @@ import (
 // runSend runs send-lat or send-bw for every size: post the receives (the
 // side that receives), synchronise, run, print; send-bw with -a
 // synchronises after each size too (send_bw.c). Both sides print their own
-// figures; nothing is exchanged but the closing handshake.
+// figures; nothing is exchanged but the closing handshake. With -b both
+// sides post receives and send (run_iter_bi), then exchange their reports
+// and print the sum (bidirSize), before -a's synchronisation.
 func (t *perftest) runSend(ctx context.Context, comm *perf.Comm, rems []perf.Dest) error {
 	o := t.o
 	out := t.human()
@@ -30,7 +32,7 @@ func (t *perftest) runSend(ctx context.Context, comm *perf.Comm, rems []perf.Des
 		fmt.Fprintln(out, perf.LatHeader)
 	}
 	for _, size := range o.sizes() {
-		if !bw || server {
+		if !bw || server || o.Bidir {
 			if err := t.loop.PostRecvs(size); err != nil {
 				return err
 			}
@@ -39,6 +41,10 @@ func (t *perftest) runSend(ctx context.Context, comm *perf.Comm, rems []perf.Des
 			return err
 		}
 		switch {
+		case o.Bidir:
+			if err := t.bidirSize(ctx, comm, rems, size, false); err != nil {
+				return err
+			}
 		case bw && server:
 			rep, err := t.loop.ReceiveBW(ctx, size)
 			if err != nil {
@@ -115,6 +121,48 @@ func (t *perftest) runBW(ctx context.Context, comm *perf.Comm, rems []perf.Dest)
 	}
 	fmt.Fprintln(out, perf.Line)
 	return comm.Close(t.my)
+}
+
+// runBidir runs write-bw or read-bw with -b, on both sides, for every
+// size as perftest does: synchronise, run, (with -a) synchronise again,
+// exchange the reports and print the sum; then the closing handshake.
+// There is no final report exchange as without -b.
+func (t *perftest) runBidir(ctx context.Context, comm *perf.Comm, rems []perf.Dest) error {
+	out := t.human()
+	fmt.Fprintln(out, perf.BWHeader)
+	for _, size := range t.o.sizes() {
+		if _, err := comm.HandShake(t.my); err != nil {
+			return err
+		}
+		if err := t.bidirSize(ctx, comm, rems, size, t.o.All); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(out, perf.Line)
+	return comm.Close(t.my)
+}
+
+// bidirSize is one size of a -b test once both sides are synchronised:
+// the loop, with sync a handshake after it (perftest's, with -a, between
+// the loop and the reports), the report exchange, and the row.
+func (t *perftest) bidirSize(ctx context.Context, comm *perf.Comm, rems []perf.Dest, size int, sync bool) error {
+	my, err := t.loop.BW(ctx, rems, size)
+	if err != nil {
+		return err
+	}
+	if sync {
+		if _, err := comm.HandShake(t.my); err != nil {
+			return err
+		}
+	}
+	peer, err := comm.ExchangeBWReport(my)
+	if err != nil {
+		return err
+	}
+	if peer.Size != my.Size || peer.Iters == 0 {
+		return fmt.Errorf("report exchange: the peer reported %d iterations of %d bytes where this side ran %d of %d: it does not run -b (bidirectional); start both ends with -b, or neither", peer.Iters, peer.Size, my.Iters, my.Size)
+	}
+	return t.printBW(my.Plus(peer))
 }
 
 // serve is the server's part after the QPs are connected: it has nothing to

@@ -35,8 +35,8 @@ const hintPrefix = "tbtest="
 // hint is the test hint of a perftest client: the test and the flags the
 // server side must share.
 func (o *perftestOptions) hint() string {
-	return fmt.Sprintf("%s%s s=%d n=%d a=%d t=%d Q=%d r=%d o=%d A=%s q=%d c=%s", hintPrefix, o.Kind.name,
-		o.Size, o.Iters, b2i(o.All), o.TxDepth, o.CQMod, o.RxDepth, o.OutReads, o.AtomicType, o.qps(), o.Conn)
+	return fmt.Sprintf("%s%s s=%d n=%d a=%d t=%d Q=%d r=%d o=%d A=%s q=%d c=%s b=%d", hintPrefix, o.Kind.name,
+		o.Size, o.Iters, b2i(o.All), o.TxDepth, o.CQMod, o.RxDepth, o.OutReads, o.AtomicType, o.qps(), o.Conn, b2i(o.Bidir))
 }
 
 // hint is the test hint of a pingpong client.
@@ -108,6 +108,16 @@ func hintConn(k *perftestKind, kv map[string]string) (string, error) {
 	return c, nil
 }
 
+// hintBidir returns the hint's b (-b), false when it has none (a tbrdma
+// client from before -b).
+func hintBidir(kv map[string]string) (bool, error) {
+	if _, ok := kv["b"]; !ok {
+		return false, nil
+	}
+	b, err := hintInt(kv, "b", 0, 1)
+	return b == 1, err
+}
+
 // servedKinds are the perftest tests serve hosts, by name.
 var servedKinds = map[string]*perftestKind{}
 
@@ -154,6 +164,9 @@ func perftestFromHint(h string) (*perftestOptions, error) {
 	if o.Conn, err = hintConn(k, kv); err != nil {
 		return nil, err
 	}
+	if o.Bidir, err = hintBidir(kv); err != nil {
+		return nil, err
+	}
 	if a, ok := kv["A"]; ok && k.verb == perf.VerbAtomic {
 		if a != "FETCH_AND_ADD" && a != "CMP_AND_SWAP" {
 			return nil, fmt.Errorf("test hint: A=%q: want FETCH_AND_ADD or CMP_AND_SWAP", a)
@@ -169,6 +182,8 @@ func perftestFromHint(h string) (*perftestOptions, error) {
 		return nil, fmt.Errorf("test hint: t=%d Q=%d: a bandwidth test needs 1 or more of each", o.TxDepth, o.CQMod)
 	case k.verb == perf.VerbSend && o.RxDepth < 1:
 		return nil, errors.New("test hint: r=0: a SEND test needs receives")
+	case !k.bw && o.Bidir:
+		return nil, fmt.Errorf("test hint: %s with b=1: -b is for the bandwidth tests only", k.name)
 	case !k.bw && o.QPs > 1:
 		return nil, fmt.Errorf("test hint: %s with q=%d: several QPs are for the bandwidth tests only", k.name, o.QPs)
 	case o.QPs > 1 && bufferSize(o.Size, o.QPs) > maxBuffer:

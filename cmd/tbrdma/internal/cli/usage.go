@@ -36,7 +36,8 @@ type foreignFlag struct {
 var perftestFlags = []foreignFlag{
 	{"D", "duration", "perftest's -D/--duration (run for a time) is not supported: give a count with -n ITERATIONS"},
 	{"q", "qp", "perftest's -q/--qp (several QPs) applies to the bandwidth tests only (write-bw, read-bw, send-bw), as in perftest, whose latency tests refuse it"},
-	{"b", "bidirectional", "perftest's -b/--bidirectional is not supported: run a second client in the other direction at the same time"},
+	{"b", "bidirectional", "perftest's -b/--bidirectional applies to the bandwidth tests only (write-bw, read-bw, send-bw), as in perftest, whose latency tests do not take it"},
+	{"", "report-both", "perftest's --report-both (each side's own figures after -b's sums) is not supported: run each direction alone, without -b, for its own figures"},
 	{"", "report_gbits", "perftest's --report_gbits is not supported: --json and --csv report raw bytes per second"},
 	{"I", "inline_size", "perftest's -I/--inline_size applies to the WRITE and SEND tests only (write-bw, send-bw, write-lat, send-lat): perftest sets it to 0 for READ and atomics"},
 	{"l", "post_list", "perftest's -l/--post_list applies to the bandwidth tests only (write-bw, read-bw, send-bw), as in perftest, whose latency tests refuse it"},

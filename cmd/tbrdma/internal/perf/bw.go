@@ -17,6 +17,13 @@ import (
 // the QPs messages from the first post to the last completion. A request
 // completes once the responder has acknowledged it (or, for READ, sent its
 // data), so the figures count only what the peer confirmed.
+//
+// With Bidir (-b) on send-bw it is perftest's run_iter_bi: the peer sends
+// too, so the loop also completes the receives PostRecvs posted (and
+// re-posts them), and returns once both its sends and the peer's messages
+// are all done; the server posts its first SEND only once the client's
+// first message has arrived, as perftest's does. The figures are this
+// side's sends, as perftest's.
 func (l *Loop) BW(ctx context.Context, rem []Dest, size int) (BWReport, error) {
 	qps := l.qps()
 	if len(rem) < len(qps) {
@@ -42,12 +49,22 @@ func (l *Loop) BW(ctx context.Context, rem []Dest, size int) (BWReport, error) {
 	defer prog.Clear()
 	list := max(l.PostList, 1) // -l: requests per PostSend call
 	wrs := make([]verbs.SendWR, list)
-	for totC < total {
+	recv := l.Bidir && l.Verb == VerbSend
+	var seen *atomic.Uint64
+	if recv {
+		// A peer without -b sends nothing back: give up on a silent one
+		// rather than wait for ever (bidirSilent).
+		var stop func()
+		ctx, seen, stop = watchSilence(ctx, peerSilence)
+		defer stop()
+	}
+	for totC < total || recv && l.rs.done < l.rs.total {
 		for i, qp := range qps {
 			// As perftest: post a whole list while the send queue has
 			// room for it (the command keeps -l at most -t, and -n a
-			// multiple of it).
-			for scnt[i] < n && scnt[i]-ccnt[i]+list <= l.TxDepth {
+			// multiple of it). With -b, send-bw's server sends once the
+			// client's first message has come.
+			for scnt[i] < n && scnt[i]-ccnt[i]+list <= l.TxDepth && !(recv && l.Server && l.rs.done == 0) {
 				s := scnt[i]
 				k := min(list, n-s)
 				for j := range k {
@@ -66,14 +83,24 @@ func (l *Loop) BW(ctx context.Context, rem []Dest, size int) (BWReport, error) {
 		}
 		wcs, err := l.W.Wait(ctx)
 		if err != nil {
-			return BWReport{}, err
+			prog.Clear()
+			return BWReport{}, l.bidirSilent(ctx, err, totC, total)
+		}
+		if seen != nil {
+			seen.Add(1)
 		}
 		now := l.Now()
 		for i := range wcs {
 			wc := &wcs[i]
 			if wc.Status != verbs.WCSuccess {
 				prog.Clear()
-				return BWReport{}, l.failed("client", wc, op, fmt.Sprintf("scnt=%d, ccnt=%d", totS, totC))
+				return BWReport{}, l.failed(l.bwSide(), wc, op, fmt.Sprintf("scnt=%d, ccnt=%d", totS, totC))
+			}
+			if wc.Opcode == verbs.WCRecv {
+				if err := l.received(wc, now); err != nil {
+					return BWReport{}, err
+				}
+				continue
 			}
 			q, c := wrQP(wc.WRID), wrCount(wc.WRID)
 			if q >= len(qps) {
@@ -103,6 +130,27 @@ func (l *Loop) bwWR(op verbs.WROpcode, i, s int, rem Dest, size int) verbs.SendW
 	}
 	l.addressUD(&wr, i)
 	return wr
+}
+
+// bidirSilent is what BW returns when a wait failed with err: under -b's
+// silence watch, a line that says how far each direction got and what to
+// check, and ErrReported; otherwise err.
+func (l *Loop) bidirSilent(ctx context.Context, err error, sent, total int) error {
+	if context.Cause(ctx) != errPeerSilent {
+		return err
+	}
+	fmt.Fprintf(l.ErrOut, "tbrdma: %s -b: nothing from %s for %v (this side: %d of %d SENDs acknowledged, %d of %d messages received): a peer without -b (bidirectional) sends nothing back; start both ends with -b, or neither (or the peer was stopped, or the link went down)\n",
+		l.Name, PeerLabel("peer", l.QP), peerSilence, sent, total, l.rs.done, l.rs.total)
+	return ErrReported
+}
+
+// bwSide is where BW's failed completions happen, in perftest's words:
+// the client, or with -b either side.
+func (l *Loop) bwSide() string {
+	if l.Bidir {
+		return l.side()
+	}
+	return "client"
 }
 
 // ReceiveBW is send-bw's server for one size (run_iter_bw_server): with

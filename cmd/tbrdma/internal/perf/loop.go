@@ -14,7 +14,8 @@ import (
 // the test's parameters. The command sets all of it up (device, QP, the
 // exchange) and then calls, once per message size, the loop of its test:
 //
-//   - BW: write-bw, read-bw and send-bw's client (run_iter_bw);
+//   - BW: write-bw, read-bw and send-bw's client (run_iter_bw), and with
+//     -b both sides (send-bw: run_iter_bi, after PostRecvs);
 //   - Lat: read-lat and atomic-lat's client (run_iter_lat);
 //   - SendLat: send-lat, both sides (run_iter_lat_send);
 //   - WriteLat: write-lat, both sides (run_iter_lat_write);
@@ -61,6 +62,9 @@ type Loop struct {
 	// PerUs is the latency loops' unit per microsecond (LatencyIn): 0 or 1
 	// for microseconds, the CPU's MHz for perftest's -C (cycles).
 	PerUs float64
+	// Bidir is -b: on send-bw, BW completes the peer's messages too (its
+	// receives posted by PostRecvs).
+	Bidir bool
 	// Events is -e: WriteLat's wait on memory spins only briefly before it
 	// sleeps between tests.
 	Events bool

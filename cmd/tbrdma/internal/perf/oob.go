@@ -477,6 +477,16 @@ type BWReport struct {
 	MsgRate float64 // Mpps
 }
 
+// Plus is the row of a bidirectional test (-b), as perftest prints it on
+// both sides: this side's size and iterations, the rates of both sides
+// added up.
+func (r BWReport) Plus(peer BWReport) BWReport {
+	r.Peak += peer.Peak
+	r.Average += peer.Average
+	r.MsgRate += peer.MsgRate
+	return r
+}
+
 // ExchangeBWReport exchanges reports field by field (8 bytes each,
 // big-endian; floats as their IEEE-754 bits).
 func (c *Comm) ExchangeBWReport(my BWReport) (BWReport, error) {

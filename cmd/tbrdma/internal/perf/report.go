@@ -42,6 +42,7 @@ type TestInfo struct {
 	Inline     int    // -I: max inline data (WRITE and SEND tests)
 	PostList   int    // -l: requests per post (bandwidth tests; 0 or 1: none)
 	Events     bool   // -e
+	Bidir      bool   // -b: both sides send (bandwidth tests)
 }
 
 // Title returns the test's title, e.g. "RDMA_Write BW Test".
@@ -57,8 +58,11 @@ func (t *TestInfo) Title() string {
 	case VerbAtomic:
 		s = "Atomic " + t.AtomicType
 	}
+	if t.BW && t.Bidir {
+		s += " Bidirectional" // perftest's order: Bidirectional Post List BW
+	}
 	if t.BW && t.PostList > 1 {
-		return s + " Post List BW Test"
+		s += " Post List"
 	}
 	if t.BW {
 		return s + " BW Test"
@@ -80,13 +84,13 @@ func PrintHeader(w io.Writer, t *TestInfo) {
 	fmt.Fprintf(w, " Connection type : %s\t\tUsing SRQ      : OFF\n", conn)
 	fmt.Fprintf(w, " PCIe relax order: OFF\n")
 	fmt.Fprintf(w, " ibv_wr* API     : OFF\n")
-	if !t.Server {
+	if !t.Server || t.Bidir {
 		fmt.Fprintf(w, " TX depth        : %d\n", t.TxDepth)
 	}
 	if t.PostList > 1 {
 		fmt.Fprintf(w, " Post List       : %d\n", t.PostList)
 	}
-	if t.Server && t.Verb == VerbSend {
+	if (t.Server || t.Bidir) && t.Verb == VerbSend {
 		fmt.Fprintf(w, " RX depth        : %d\n", t.RxDepth)
 	}
 	if t.BW {

@@ -69,21 +69,29 @@ func (l *Loop) pollSend(ctx context.Context, done func() bool) error {
 				l.sent++
 				continue
 			}
-			if int(wc.ByteLen)-l.grh() != l.rs.size {
-				fmt.Fprintf(l.ErrOut, "tbrdma: received a %d-byte message, want %d\n", int(wc.ByteLen)-l.grh(), l.rs.size)
-				return ErrReported
-			}
-			if l.rs.done == 0 {
-				l.rs.first = now
-			}
-			l.rs.done++
-			l.rs.latest = now
-			if q := wrQP(wc.WRID); q < len(l.rs.qposted) && l.rs.qposted[q] < l.Iters {
-				if err := l.postRecv(q); err != nil {
-					return err
-				}
+			if err := l.received(wc, now); err != nil {
+				return err
 			}
 		}
+	}
+	return nil
+}
+
+// received counts a successful receive completion wc, seen at now, in
+// l.rs and re-posts a receive on its QP while fewer than Iters were posted
+// there.
+func (l *Loop) received(wc *verbs.WC, now time.Time) error {
+	if int(wc.ByteLen)-l.grh() != l.rs.size {
+		fmt.Fprintf(l.ErrOut, "tbrdma: received a %d-byte message, want %d\n", int(wc.ByteLen)-l.grh(), l.rs.size)
+		return ErrReported
+	}
+	if l.rs.done == 0 {
+		l.rs.first = now
+	}
+	l.rs.done++
+	l.rs.latest = now
+	if q := wrQP(wc.WRID); q < len(l.rs.qposted) && l.rs.qposted[q] < l.Iters {
+		return l.postRecv(q)
 	}
 	return nil
 }
