@@ -154,18 +154,13 @@ func TestPerftestConnTypes(t *testing.T) {
 			}
 			switch c.kind {
 			case writeBWTest:
-				// The client's zeros over the server's pattern. Nothing
-				// tells a UC responder that the WRITEs have landed when
-				// the client's report comes (the client's completions are
-				// local, as in perftest): a short burst (-q 2's) may still
-				// be in the server's socket then, so only the long run's
-				// first WRITE is checked.
-				if c.qps > 1 {
-					break
-				}
-				if want := make([]byte, last); !bytes.Equal(r.sbuf[:last], want) {
-					t.Errorf("server's buffer: % x…, want the client's zeros", r.sbuf[:8])
-				}
+				// Not checked: nothing tells a UC responder that the
+				// WRITEs have landed when the client's report comes (the
+				// client's completions are local, as in perftest), and the
+				// server closes its device then: on a loaded machine every
+				// WRITE may still be in its socket. The rows above, the
+				// loss test (TestPerftestUCLoss) and the interop rows cover
+				// UC WRITEs.
 			case sendBWTest: // each QP's receives behind the GRH room
 				for q := range c.qps {
 					at := c.qps*half + q*half + grh
