@@ -3,6 +3,7 @@ package rdmacm
 import (
 	"container/heap"
 	"context"
+	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
 	"net/netip"
@@ -12,6 +13,7 @@ import (
 	"github.com/tbrdma/tbrdma/internal/hooks"
 	"github.com/tbrdma/tbrdma/rdmacm/internal/cmwire"
 	"github.com/tbrdma/tbrdma/rdmacm/internal/fsm"
+	"github.com/tbrdma/tbrdma/transport"
 	"github.com/tbrdma/tbrdma/transport/wire"
 	"github.com/tbrdma/tbrdma/verbs"
 )
@@ -46,9 +48,10 @@ type dispatcher struct {
 	twQueue  twQueue // the timewait records' ends, earliest first
 	removed  bool    // the verbs.Context was closed
 
-	kick   chan struct{}
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	kick    chan struct{}
+	unreach chan *transport.UnreachableError // from hooks.Engine.OnUnreachable
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 
 	// Counters.
 	unmatched  uint64 // messages for no connection
@@ -111,7 +114,9 @@ func acquire(vctx *verbs.Context) *dispatcher {
 			remoteQP:    map[qpKey]*ID{},
 			timewait:    map[remoteKey]twEntry{},
 			kick:        make(chan struct{}, 1),
+			unreach:     make(chan *transport.UnreachableError, 16),
 		}
+		eng.OnUnreachable(d.icmpError)
 		ctx, cancel := context.WithCancel(context.Background())
 		d.cancel = cancel
 		pkts := make(chan hooks.MADPacket, 64)
@@ -142,6 +147,7 @@ func (d *dispatcher) release() {
 	}
 	registryMu.Unlock()
 	if last {
+		hooks.Of(d.vctx).OnUnreachable(nil)
 		d.cancel()
 		d.wg.Wait()
 	}
@@ -202,9 +208,50 @@ func (d *dispatcher) run(ctx context.Context, pkts <-chan hooks.MADPacket) {
 			d.handle(&m)
 		case <-tc:
 			d.tick(time.Now())
+		case e := <-d.unreach:
+			d.unreachable(time.Now(), e)
 		case <-d.kick:
 		}
 	}
+}
+
+// icmpError is the context's OnUnreachable: it passes the message to run,
+// or drops it when run is behind (the REQ's own timer still ends the
+// attempt).
+func (d *dispatcher) icmpError(e *transport.UnreachableError) {
+	select {
+	case d.unreach <- e:
+	default:
+	}
+}
+
+// unreachable fails what waits for an answer from e's destination: active
+// connections whose REQ is outstanding and service ID resolutions. An ICMP
+// destination unreachable says no answer will come, so they end at once
+// rather than after their retries (or, within SetNoListenerRetry's window,
+// send their REQ again as after REJ 8). Connections the peer has answered
+// and established ones are left alone (fsm.Conn.Unreachable).
+func (d *dispatcher) unreachable(now time.Time, e *transport.UnreachableError) {
+	peer := e.Dest.Addr().Unmap()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, id := range d.conns {
+		if id.peer == peer && id.conn.Active() && id.conn.Unreachable() {
+			if !id.retryConnect(now) {
+				id.ch.post(&Event{Type: EventUnreachable, ID: id, Status: -int(e.Errno), Err: fmt.Errorf("rdmacm: connect: %w", e)})
+			}
+			id.unpend()
+			d.forget(id)
+		}
+	}
+	for rid, id := range d.sidrs {
+		if id.peer == peer && !id.ud.sidr.Done() {
+			id.ud.sidr.Cancel()
+			delete(d.sidrs, rid)
+			id.ch.post(&Event{Type: EventUnreachable, ID: id, Status: -int(e.Errno), Err: fmt.Errorf("rdmacm: service ID resolution: %w", e)})
+		}
+	}
+	d.wake()
 }
 
 // wake makes run recompute its timer.

@@ -570,8 +570,10 @@ func (id *ID) sendREQ(now time.Time) {
 const noListenerRetryDelay = 50 * time.Millisecond
 
 // SetNoListenerRetry makes Connect send its REQ again, every 50 ms, while
-// the peer answers REJ 8 (nothing listens on the port) and d has not passed
-// since Connect; only then is REJECTED reported. A client may then start
+// the peer answers REJ 8 (nothing listens on the port), or the network an
+// ICMP destination unreachable (no RoCE device there yet; Linux), and d has
+// not passed since Connect; only then is REJECTED (or UNREACHABLE)
+// reported. A client may then start
 // together with its server, as perftest -R's test connection needs: it
 // connects right after the exchange, before a slow server listens again,
 // and its own retry reuses the IDs it has just destroyed. 0 (the default,
@@ -585,7 +587,15 @@ func (id *ID) SetNoListenerRetry(d time.Duration) {
 // retryNoListener reports whether a REJ with reason is to be answered by
 // another REQ instead of REJECTED, and schedules it. d.mu is held.
 func (id *ID) retryNoListener(now time.Time, reason RejectReason) bool {
-	if reason != RejectInvalidServiceID || id.active.noListenFor == 0 || !id.conn.Active() ||
+	return reason == RejectInvalidServiceID && id.retryConnect(now)
+}
+
+// retryConnect reports whether a connection attempt that nobody took (REJ
+// 8, or ICMP port unreachable: no RoCE device yet) is still within
+// SetNoListenerRetry's window, and if so schedules the next REQ. d.mu is
+// held.
+func (id *ID) retryConnect(now time.Time) bool {
+	if id.active.noListenFor == 0 || !id.conn.Active() ||
 		now.Add(noListenerRetryDelay).Sub(id.active.connectedAt) > id.active.noListenFor {
 		return false
 	}

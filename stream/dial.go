@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tbrdma/tbrdma/rdmacm"
+	"github.com/tbrdma/tbrdma/transport"
 	"github.com/tbrdma/tbrdma/verbs"
 )
 
@@ -275,6 +276,8 @@ func (d *Dialer) dial(ctx context.Context, address string) (_ *Conn, err error) 
 				msg = fmt.Sprintf(" %q", pd)
 			}
 			return nil, fmt.Errorf("stream: dial %s: rejected%s: %w", where, msg, ev.Err)
+		case errors.As(ev.Err, new(*transport.UnreachableError)):
+			return nil, fmt.Errorf("stream: dial %s: %w", where, ev.Err) // an ICMP error: it says who answered what
 		case ev.Type == rdmacm.EventUnreachable:
 			return nil, fmt.Errorf("stream: dial %s: unreachable: no answer to the connection request (is a tbrdma stream listener there, on UDP port 4791?): %w", where, ev.Err)
 		case ev.Err != nil:

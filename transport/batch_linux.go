@@ -77,6 +77,10 @@ type sysConn struct {
 	kwaitNs atomic.Int64
 	// tryFn is tryReadBatch's receive as a func value, made once.
 	tryFn func(fd uintptr)
+	// recvErr: the socket has IP_RECVERR (Options.OnUnreachable), and
+	// errors from ICMP messages are read from its error queue
+	// (icmp_linux.go).
+	recvErr bool
 	// kicked is set while a read deadline in the past keeps ReadBatch out
 	// (InlineReader.SetReadDeadline): a reader busy-polling or in a kernel
 	// wait then stops doing so and returns to the poller, which reports the
@@ -147,6 +151,9 @@ func (c *udpConn) initSys(o *Options) error {
 	})
 	if err != nil {
 		return err
+	}
+	if o.OnUnreachable != nil {
+		c.initRecvErr()
 	}
 	s.gso.Store(gsoErr == nil)
 	s.gro = groErr == nil
@@ -250,6 +257,9 @@ func (c *udpConn) recvmmsg(fd uintptr) bool {
 			}
 			return false
 		default:
+			if c.asyncErr(fd, e) {
+				continue
+			}
 			r.got, r.err = 0, e
 			return true
 		}
@@ -302,6 +312,9 @@ func (c *udpConn) sendmmsg(fd uintptr) bool {
 		case unix.EAGAIN:
 			return false
 		default:
+			if c.asyncErr(fd, e) {
+				continue
+			}
 			w.sent, w.err = 0, e
 			return true
 		}
@@ -343,6 +356,9 @@ func (c *udpConn) recvmmsgOnce(fd uintptr) {
 		case unix.EAGAIN:
 			r.got, r.err = 0, nil
 		default:
+			if c.asyncErr(fd, e) {
+				continue
+			}
 			r.got, r.err = 0, e
 		}
 		return

@@ -33,6 +33,10 @@ type rawSock struct {
 	mu       sync.RWMutex // shared by Read, Write and Control; Close takes it to close the fds
 	closed   atomic.Bool
 	deadline atomic.Int64 // read deadline in Unix nanoseconds; 0: none
+	// onErr, when set (IP_RECVERR), reads the error queue when poll
+	// reports POLLERR: an entry left there would make every poll return
+	// at once.
+	onErr func(fd uintptr)
 }
 
 // rawSockSlice is the longest a waiter sleeps before it looks at the
@@ -148,6 +152,9 @@ func (s *rawSock) wait(events int16, timeout time.Duration) error {
 	ms := int((timeout + time.Millisecond - 1) / time.Millisecond)
 	if _, err := unix.Poll(fds, ms); err != nil && !errors.Is(err, unix.EINTR) {
 		return os.NewSyscallError("poll", err)
+	}
+	if fds[0].Revents&unix.POLLERR != 0 && s.onErr != nil {
+		s.onErr(uintptr(s.fd))
 	}
 	if fds[1].Revents&unix.POLLIN != 0 {
 		var b [8]byte

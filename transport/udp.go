@@ -67,6 +67,14 @@ type Options struct {
 	// 0 means DefaultMaxPacketSize. The receive buffers (allocated by Open)
 	// are sized from it.
 	MaxPacketSize int
+	// OnUnreachable, when set, receives the ICMP "destination unreachable"
+	// messages that answer datagrams the endpoint sends (Linux, where it
+	// turns on IP_RECVERR; elsewhere an unconnected socket learns nothing
+	// of them and it is never called). It is called on the goroutine that
+	// is reading or writing, inside the system call's callback: it must
+	// return at once and must not call the Conn. The error it gets is its
+	// own to keep.
+	OnUnreachable func(*UnreachableError)
 	// Logger receives the few events worth reporting (an offload falling
 	// back). Nil means silent.
 	Logger *slog.Logger
@@ -125,6 +133,8 @@ type udpConn struct {
 	maxPkt int
 	log    *slog.Logger
 	closed atomic.Bool
+	// onUnreach is Options.OnUnreachable.
+	onUnreach func(*UnreachableError)
 
 	offMu    sync.Mutex
 	offloads Offloads
@@ -244,6 +254,7 @@ func Open(laddr netip.AddrPort, opts *Options) (Conn, error) {
 		c = &udpConn{pc: pc, rc: rc, sock: pc}
 	}
 	c.laddr, c.is6, c.verify, c.maxPkt, c.log = ap, is6, !opts.SkipICRCCheck, maxPkt, opts.Logger
+	c.onUnreach = opts.OnUnreachable
 	if opts.forcePortable {
 		c.portable = newPortableState(maxPkt)
 		c.offloads = Offloads{

@@ -111,6 +111,7 @@ type Context struct {
 	in inlineState
 
 	gsi      *gsi
+	unreach  *unreachableSink // ICMP errors from the default endpoint (hooks.Engine.OnUnreachable)
 	async    chan AsyncEvent
 	done     chan struct{}
 	loopDone chan struct{}
@@ -134,11 +135,12 @@ func NewContext(opts *Options) (*Context, error) {
 		opts = &Options{}
 	}
 	conn := opts.Conn
+	sink := new(unreachableSink)
 	if conn == nil {
 		if !opts.Addr.IsValid() {
 			return nil, errors.New("verbs: no transport: set Options.Conn or Options.Addr to an interface address")
 		}
-		to := &transport.Options{Interface: opts.Interface, NoNetpoll: opts.NoNetpoll}
+		to := &transport.Options{Interface: opts.Interface, NoNetpoll: opts.NoNetpoll, OnUnreachable: sink.deliver}
 		if opts.MaxSegmentSize > 0 {
 			to.MaxPacketSize = opts.MaxSegmentSize + wire.MaxHeaderRoom + 3 + wire.ICRCSize
 		}
@@ -168,6 +170,7 @@ func NewContext(opts *Options) (*Context, error) {
 		mrs:       mem.New(MaxMR),
 		qps:       make(map[QPN]*QP),
 		nextQPN:   firstQPN,
+		unreach:   sink,
 		async:     make(chan AsyncEvent, 64),
 		done:      make(chan struct{}),
 		loopDone:  make(chan struct{}),

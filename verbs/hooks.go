@@ -1,9 +1,11 @@
 package verbs
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/tbrdma/tbrdma/internal/hooks"
+	"github.com/tbrdma/tbrdma/transport"
 )
 
 // The module's own packages reach a Context's QP1, CM counters and tuning
@@ -38,4 +40,27 @@ func (h *engineHooks) Spinning(on bool) {
 
 func (h *engineHooks) SetKernelWait(d time.Duration) (bool, error) {
 	return hooks.SetKernelWaitOf(h.conn, d)
+}
+
+func (h *engineHooks) OnUnreachable(fn func(*transport.UnreachableError)) {
+	if fn == nil {
+		h.unreach.fn.Store(nil)
+		return
+	}
+	h.unreach.fn.Store(&fn)
+}
+
+// unreachableSink is the default UDP endpoint's Options.OnUnreachable: it
+// hands the message to the function set with OnUnreachable, if any. Nothing
+// else acts on it; an RC QP toward that peer keeps its retry rules (see
+// docs/architecture.md, "ICMP errors"). It exists before the Context, which
+// holds it, because the endpoint is opened first.
+type unreachableSink struct {
+	fn atomic.Pointer[func(*transport.UnreachableError)]
+}
+
+func (s *unreachableSink) deliver(e *transport.UnreachableError) {
+	if fn := s.fn.Load(); fn != nil {
+		(*fn)(e)
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tbrdma/tbrdma/transport"
 	"github.com/tbrdma/tbrdma/transport/wire"
 )
 
@@ -66,6 +67,13 @@ type Engine interface {
 	// cannot (in-memory links, and systems other than Linux, where it is a
 	// no-op).
 	SetKernelWait(d time.Duration) (bool, error)
+	// OnUnreachable sets the function that receives the ICMP destination
+	// unreachable messages answering the context's datagrams (Linux; see
+	// transport.Options.OnUnreachable); nil removes it. There is one per
+	// context (rdmacm's dispatcher). It is called on the context's
+	// receive or send path: it must return at once, without calling into
+	// the context.
+	OnUnreachable(fn func(*transport.UnreachableError))
 }
 
 // GSI is the general services interface of a context: QP1, which carries

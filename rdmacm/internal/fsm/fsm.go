@@ -439,6 +439,20 @@ func (c *Conn) Tick(now time.Time) Result {
 	return r
 }
 
+// Unreachable ends an active connection whose REQ is outstanding, sending
+// nothing: the network said the peer cannot get it (an ICMP destination
+// unreachable). In any other state it changes nothing and reports false:
+// a peer that answered (MRA, REP) or a connection that is established is
+// left to its timers and the QP's retry limits.
+func (c *Conn) Unreachable() bool {
+	if c.state != REQSent {
+		return false
+	}
+	c.disarm()
+	c.state = Closed
+	return true
+}
+
 // Destroy returns what the kernel sends when a connection's ID is
 // destroyed in its current state (cm_destroy_id): REJ Timeout (ARI = the
 // local CA GUID) while the REQ is outstanding, REJ consumer-defined before

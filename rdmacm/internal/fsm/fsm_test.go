@@ -75,6 +75,31 @@ func TestActiveUnreachable(t *testing.T) {
 	}
 }
 
+// TestActiveICMPUnreachable: an ICMP error ends a connection whose REQ is
+// outstanding, sending nothing and leaving no timer; a connection the peer
+// has answered (MRA) or an idle one is left as it is.
+func TestActiveICMPUnreachable(t *testing.T) {
+	c := NewActive(7, 1, 0x11, ActiveTiming(20, 18, 15))
+	if c.Unreachable() {
+		t.Fatal("Idle: Unreachable reported true")
+	}
+	c.Connect(t0, reqMAD(7, 0x11))
+	if !c.Unreachable() || c.State() != Closed || !c.Deadline().IsZero() {
+		t.Fatalf("REQSent: after Unreachable state %v, deadline %v", c.State(), c.Deadline())
+	}
+	if r := c.Tick(t0.Add(time.Hour)); len(r.Send) != 0 || r.Event != EvNone {
+		t.Fatalf("closed connection's tick: %v, %d MADs", r.Event, len(r.Send))
+	}
+
+	c = NewActive(8, 1, 0x11, ActiveTiming(20, 18, 15))
+	c.Connect(t0, reqMAD(8, 0x11))
+	mra := cmwire.AppendMAD(nil, 0x2_00000001, cmwire.MRAFields{RemoteCommID: 8, MessageMRAed: cmwire.KindREQ, ServiceTimeout: 20})
+	c.Handle(t0, msg(t, mra))
+	if st := c.State(); st != MRAREQRcvd || c.Unreachable() || c.State() != st {
+		t.Fatalf("after an MRA: state %v, Unreachable changed it to %v", st, c.State())
+	}
+}
+
 func TestActiveConnectDisconnect(t *testing.T) {
 	c := NewActive(7, 1, 0x11, ActiveTiming(20, 18, 15))
 	c.Connect(t0, reqMAD(7, 0x11))

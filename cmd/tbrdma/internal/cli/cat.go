@@ -571,6 +571,11 @@ func catDial(ctx context.Context, o *catOptions, dev *verbs.Context, peer netip.
 			msg = fmt.Sprintf(": %q", pd)
 		}
 		return nil, fmt.Errorf("cat: %s rejected the connection (%v)%s", where, rej.Reason, msg)
+	}
+	if msg, ok := unreachableText(err, "`tbrdma cat` without a peer"); ok {
+		return nil, errors.New("cat: " + msg)
+	}
+	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return nil, fmt.Errorf("cat: no answer from %s within %v (from %v): is tbrdma running there, on UDP port 4791, with `tbrdma cat` waiting?", where, o.timeout, dev.LocalAddr().Addr())
 	}

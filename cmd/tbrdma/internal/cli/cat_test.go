@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -253,9 +254,17 @@ func TestCatNoReceiver(t *testing.T) {
 	if s.code != ExitFailed || s.stderr != want {
 		t.Errorf("exit %d, stderr %q\nwant %q", s.code, s.stderr, want)
 	}
-	s = runCatSender(t, strings.NewReader("x"), "-W", "0.3", "--bind", ca.String(), rdmaAddr(t).String())
+	s = runCatSender(t, strings.NewReader("x"), "-W", "0.3", "--bind", ca.String(), silentAddr(t).String())
 	if s.code != ExitFailed || !strings.Contains(s.stderr, "no answer from ") || !strings.Contains(s.stderr, "within 300ms") {
 		t.Errorf("exit %d, stderr %q", s.code, s.stderr)
+	}
+	if runtime.GOOS == "linux" { // nothing on UDP 4791: ICMP port unreachable ends it at once
+		nobody := rdmaAddr(t)
+		s = runCatSender(t, strings.NewReader("x"), "-W", "30", "--bind", ca.String(), nobody.String())
+		want = "tbrdma: cat: " + nobody.String() + " answered ICMP port unreachable for UDP 4791: no RoCE device listens there; start `tbrdma cat` without a peer on it\n"
+		if s.code != ExitFailed || s.stderr != want {
+			t.Errorf("exit %d, stderr %q\nwant %q", s.code, s.stderr, want)
+		}
 	}
 }
 

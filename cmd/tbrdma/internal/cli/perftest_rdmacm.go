@@ -241,10 +241,11 @@ func (cm *perftestCM) dialWithin(ctx, cctx context.Context) (*rdmacm.ID, error) 
 	}
 }
 
-// cmRejected reports a connection the peer rejected (nothing listening).
+// cmRejected reports a connection the peer rejected (nothing listening),
+// which the client tries again; tbrdma serve's refusal is final.
 func cmRejected(err error) bool {
 	var ce *cmConnectError
-	return errors.As(err, &ce) && ce.ev.Type == rdmacm.EventRejected
+	return errors.As(err, &ce) && ce.ev.Type == rdmacm.EventRejected && !serveRefusedR(ce.ev)
 }
 
 // newCommQP creates the comm QP on id, with its own CQ, and its message
@@ -392,6 +393,7 @@ func (cm *perftestCM) dialTest(ctx context.Context) error {
 // than the one awaited.
 type cmConnectError struct {
 	peer netip.AddrPort
+	test string // the test's command (read-lat), for the client's messages
 	ev   *rdmacm.Event
 }
 
@@ -400,8 +402,13 @@ func (e *cmConnectError) Error() string {
 	if e.peer.IsValid() {
 		where = fmt.Sprintf("%v port %d", e.peer.Addr(), e.peer.Port())
 	}
+	if msg, ok := unreachableText(e.ev.Err, "the server (perftest -R, or tbrdma with -R)"); ok {
+		return msg
+	}
 	var re *rdmacm.RejectError
 	switch {
+	case serveRefusedR(e.ev):
+		return fmt.Sprintf("%v runs tbrdma serve, which does not host -R tests: run a one-test server there (tbrdma %s -R, or perftest's with -R), or drop -R", e.peer.Addr(), e.test)
 	case e.ev.Type == rdmacm.EventRejected && errors.As(e.ev.Err, &re) && re.Reason == rdmacm.RejectInvalidServiceID:
 		return fmt.Sprintf("no rdma_cm listener on %s (rejected: %v) — is the server (perftest -R, or tbrdma with -R) running there, with the same -p?", where, re.Reason)
 	case e.ev.Type == rdmacm.EventRejected:
@@ -436,7 +443,7 @@ func (cm *perftestCM) waitFor(ctx context.Context, id *rdmacm.ID, want rdmacm.Ev
 			if ev.Type == rdmacm.EventEstablished || ev.Type == rdmacm.EventTimewaitExit {
 				continue
 			}
-			return nil, &cmConnectError{peer: cm.peer, ev: ev}
+			return nil, &cmConnectError{peer: cm.peer, test: cm.t.o.Kind.name, ev: ev}
 		}
 	}
 }

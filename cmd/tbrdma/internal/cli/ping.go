@@ -371,6 +371,9 @@ func connectError(peer netip.AddrPort, local netip.Addr, err error) error {
 	if ce.Event == nil {
 		return fmt.Errorf("no answer from %s within %v (from %v): is rdma_rxe or tbrdma running there, on UDP port 4791, with `rping -s` or `tbrdma serve`?", where, ce.Timeout, local)
 	}
+	if msg, ok := unreachableText(ce.Event.Err, "`tbrdma serve` (or `rping -s`)"); ok {
+		return errors.New(msg)
+	}
 	if ce.Event.Type == rdmacm.EventUnreachable {
 		return fmt.Errorf("%s is unreachable: no answer to the connection request (is rdma_rxe or tbrdma running there, on UDP port 4791?)", where)
 	}

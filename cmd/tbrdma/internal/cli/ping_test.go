@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -34,6 +35,32 @@ func rdmaAddr(t *testing.T) netip.Addr {
 	}
 	t.Fatal("no free loopback address")
 	return netip.Addr{}
+}
+
+// silentAddr is a loopback address (rdmaAddr) whose UDP 4791 is held by a
+// socket that reads and drops every datagram until the test ends: a peer
+// that never answers, not even with the ICMP port unreachable that an
+// address with nothing on the port gives (which ends a connection at
+// once).
+func silentAddr(t *testing.T) netip.Addr {
+	t.Helper()
+	a := rdmaAddr(t)
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, 4791)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 9000)
+		for {
+			if _, _, err := c.ReadFromUDP(buf); err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { c.Close(); <-done })
+	return a
 }
 
 // lockedBuffer is a buffer written by several goroutines; ready is closed
@@ -229,7 +256,7 @@ func TestPingNoListener(t *testing.T) {
 }
 
 func TestPingNoAnswer(t *testing.T) {
-	sa, ca := rdmaAddr(t), rdmaAddr(t) // nothing on sa
+	sa, ca := silentAddr(t), rdmaAddr(t)
 	f, out, errOut := testFactory()
 	code := run(context.Background(), f, []string{"ping", "-W", "0.3", "--bind", ca.String(), sa.String()})
 	if code != ExitFailed {
@@ -237,6 +264,22 @@ func TestPingNoAnswer(t *testing.T) {
 	}
 	if want := "tbrdma: no answer from " + sa.String() + " port 7174 within 300ms"; !strings.HasPrefix(errOut.String(), want) {
 		t.Errorf("stderr %q lacks %q", errOut, want)
+	}
+}
+
+// TestPingNoDevice: nothing on the peer's UDP 4791, so its kernel answers
+// the REQ with ICMP port unreachable, which ends the connection at once
+// (Linux): -W 30 is not waited for, and the message says what to start.
+func TestPingNoDevice(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("ICMP errors reach an unconnected UDP socket on Linux only (IP_RECVERR)")
+	}
+	sa, ca := rdmaAddr(t), rdmaAddr(t) // nothing on sa
+	f, out, errOut := testFactory()
+	code := run(context.Background(), f, []string{"ping", "-W", "30", "--bind", ca.String(), sa.String()})
+	want := "tbrdma: " + sa.String() + " answered ICMP port unreachable for UDP 4791: no RoCE device listens there; start `tbrdma serve` (or `rping -s`) on it\n"
+	if code != ExitFailed || errOut.String() != want {
+		t.Errorf("exit %d, stderr %q\nwant %q\n%s", code, errOut, want, out)
 	}
 }
 

@@ -79,8 +79,9 @@ client sends no hint: serve says so on stderr and closes the connection (run
 the test's own server for it: "tbrdma write-bw" with --oob-port 0 here, or
 serve stopped). A stock ibv_rc_pingpong client gets serve's defaults (4096
 bytes, 1000 iterations, MTU 1024). "pingpong --ud" and -R (rdma_cm)
-perftest clients are not hosted. A line per client on stderr says what runs
-and how it ended; a failed client never stops serve.
+perftest clients are not hosted: serve refuses -R clients at once on rdma_cm
+port --oob-port, with a REJ that a tbrdma client explains. A line per client
+on stderr says what runs and how it ended; a failed client never stops serve.
 
 A "tbrdma cat" receiver started on this machine, which cannot open a device
 on serve's addresses, registers with serve over a unix socket (mode 0600,
@@ -230,6 +231,15 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		}()
 	}
 	ready.Wait()
+	if o.OOBPort != 0 && o.OOBPort != o.Port && ctx.Err() == nil {
+		// perftest -R clients connect to rdma_cm port -p, the TCP
+		// port's number: refuse them there at once, saying why.
+		if stop, err := refuseRClients(ctx, devs, uint16(o.OOBPort), log); err != nil {
+			fmt.Fprintf(log, "tbrdma serve: warning: -R perftest clients will see no listener: %v\n", err)
+		} else {
+			defer stop()
+		}
+	}
 	if o.OOBPort != 0 && ctx.Err() == nil && o.bind.IsValid() {
 		d := devs[0]
 		a := d.LocalAddr().Addr()

@@ -519,7 +519,11 @@ func udaddyConnectError(peer netip.AddrPort, ev *rdmacm.Event) error {
 		return fmt.Errorf("no udaddy server on %s (SIDR_REP: %v) — is `udaddy -b %v` or `tbrdma udaddy -b %v` running there?", where, se.Status, peer.Addr(), peer.Addr())
 	case errors.As(ev.Err, &se):
 		return fmt.Errorf("%s refused the connection: %v (SIDR status %d)", where, se.Status, uint8(se.Status))
-	case ev.Type == rdmacm.EventUnreachable:
+	}
+	if msg, ok := unreachableText(ev.Err, fmt.Sprintf("`tbrdma udaddy -b %v` (or `udaddy -b %v`)", peer.Addr(), peer.Addr())); ok {
+		return errors.New(msg)
+	}
+	if ev.Type == rdmacm.EventUnreachable {
 		return fmt.Errorf("no answer from %s to the SIDR_REQ: is rdma_rxe or tbrdma running there, on UDP port 4791, with a udaddy server?", where)
 	}
 	return fmt.Errorf("connect to %s: %v", where, &udaddyEventError{ev: ev, want: rdmacm.EventEstablished})

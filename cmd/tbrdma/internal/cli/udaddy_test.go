@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/netip"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -129,12 +130,25 @@ func TestUdaddyNoServer(t *testing.T) {
 		t.Errorf("device without server: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 
+	silent := silentAddr(t)
+	f, out, errOut = testFactory()
+	code = run(context.Background(), f, []string{"udaddy", "-W", "0.5", "-b", ca.String(), silent.String()})
+	if code != ExitFailed || !strings.Contains(errOut.String(), "no answer from "+silent.String()+":7174 within 500ms (-W)") ||
+		!strings.HasSuffix(out.String(), "test complete\nreturn status 1\n") {
+		t.Errorf("nobody answers: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+
+	if runtime.GOOS != "linux" {
+		return
+	}
+	// Nothing on UDP 4791: the ICMP port unreachable ends it at once, as
+	// UNREACHABLE with -ECONNREFUSED.
 	nobody := rdmaAddr(t)
 	f, out, errOut = testFactory()
-	code = run(context.Background(), f, []string{"udaddy", "-W", "0.5", "-b", ca.String(), nobody.String()})
-	if code != ExitFailed || !strings.Contains(errOut.String(), "no answer from "+nobody.String()+":7174 within 500ms (-W)") ||
-		!strings.HasSuffix(out.String(), "test complete\nreturn status 1\n") {
-		t.Errorf("nobody there: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	code = run(context.Background(), f, []string{"udaddy", "-W", "30", "-b", ca.String(), nobody.String()})
+	want := "tbrdma: " + nobody.String() + " answered ICMP port unreachable for UDP 4791: no RoCE device listens there; start `tbrdma udaddy -b " + nobody.String() + "` (or `udaddy -b " + nobody.String() + "`) on it\n"
+	if code != ExitFailed || errOut.String() != want || !strings.Contains(out.String(), "udaddy: event: UNREACHABLE, error: -111\n") {
+		t.Errorf("nobody there: exit %d\nstdout:\n%s\nstderr:\n%s\nwant stderr %q", code, out, errOut, want)
 	}
 }
 
