@@ -398,7 +398,10 @@ rping_lines() {
 # perf_rows FILE ITERS: "ROWS BADITERS" for perftest-style result rows
 # ("#bytes #iterations figures..."; ITERS empty: any count).
 perf_rows() {
-    awk -v n="$2" '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && $3 ~ /^[0-9.]+$/ && NF >= 4 { rows++; if (n != "" && $2 != n) bad++ }
+    # N "timed" (-D): a row counts what completed in the window; it must
+    # be more than 0.
+    awk -v n="$2" '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && $3 ~ /^[0-9.]+$/ && NF >= 4 {
+            rows++; if (n == "timed" ? $2 == 0 : n != "" && $2 != n) bad++ }
         END { printf "%d %d\n", rows, bad }' "$1"
 }
 
@@ -457,6 +460,7 @@ data_check() {
         n=$(opt -n "" "${gw[@]}")
         q=$(opt -q 1 "${gw[@]}")   # -q: a row counts -n on every QP
         [ -n "$n" ] && n=$((n * q))
+        has -D "${gw[@]}" && n=timed  # -D: the count is the window's, not -n
         want=1
         has -a "${gw[@]}" && want=$(all_rows "$g" "${gw[@]}")
         read -r gr gb <<<"$(perf_rows "$g" "$n")"

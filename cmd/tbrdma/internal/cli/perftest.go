@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"runtime/trace"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -92,6 +93,10 @@ type perftestOptions struct {
 	// Trace, when set (hidden --trace), is where the run's execution trace
 	// goes (runtime/trace: where the goroutines wait).
 	Trace string
+	// Duration (-D), Margin (-f), RunInfinitely and ReportGbits are the
+	// bandwidth tests' duration mode and unit (perftest_duration.go).
+	Duration, Margin           time.Duration
+	RunInfinitely, ReportGbits bool
 
 	// Addrs lists the local addresses a -R server without --bind listens
 	// on (servingAddrs: the Thunderbolt ones, or with AnyInterface all).
@@ -210,6 +215,7 @@ address the kernel routes to the peer from.%s`, k.stock, connLong(k), k.stock, p
 		fl.IntVarP(&opts.CQMod, "cq-mod", "Q", 100, "generate a completion every `n` messages (1 when size > 8192)")
 		fl.IntVarP(&opts.QPs, "qp", "q", 1, fmt.Sprintf("run `n` QPs at once (1-%d), -n iterations each; the row sums them (both ends need the same -q)", maxQPs))
 		fl.BoolVarP(&opts.Bidir, "bidirectional", "b", false, "run in both directions at once; the row adds up both sides' figures (both ends need -b)")
+		addTimedFlags(fl, opts)
 	}
 	if k.verb == perf.VerbSend {
 		fl.IntVarP(&opts.RxDepth, "rx-depth", "r", 512, "size of the receive queue")
@@ -310,10 +316,18 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 		}
 	}
 	if o.Kind.bw {
+		if err := o.checkTimed(c); err != nil {
+			return err
+		}
+	}
+	timed := o.Duration > 0 // a timed run ignores -n (perftest_duration.go)
+	if o.Kind.bw {
 		if o.TxDepth < 1 || o.TxDepth > verbs.MaxQPWR {
 			return FlagErrorf("invalid -t %d: want 1..%d (the largest send queue)", o.TxDepth, verbs.MaxQPWR)
 		}
-		o.TxDepth = min(o.TxDepth, o.Iters)
+		if !timed {
+			o.TxDepth = min(o.TxDepth, o.Iters)
+		}
 		// perftest keeps -Q over UD, whose messages are small anyway.
 		if !c.Flags().Changed("cq-mod") && o.Size > 8192 && !o.All && o.Conn != "UD" {
 			o.CQMod = 1
@@ -333,7 +347,9 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 			return FlagErrorf("invalid -r %d: want 1..%d (the largest receive queue)", o.RxDepth, verbs.MaxQPWR)
 		}
 		// perftest: at most iters, and even.
-		o.RxDepth = min(o.RxDepth, o.Iters)
+		if !timed {
+			o.RxDepth = min(o.RxDepth, o.Iters)
+		}
 		if o.Conn != "RC" && o.RxDepth == 512 {
 			// perftest over UC and UD, where a receive missing is a
 			// message lost: its default -r becomes -n (at most 16000).
@@ -408,6 +424,13 @@ type perftest struct {
 	loop       *perf.Loop    // the data path, once the QP is connected
 	ud         []perf.UDPeer // -c UD: each QP's peer, made as the QPs connect
 	csv        *jsonout.CSVWriter
+	// loopCtx is what the loop of a --run_infinitely run waits with (the
+	// signal's context; the rest of the run outlives it: loopContext);
+	// looping tells loopContext that the loop has started.
+	loopCtx context.Context
+	looping atomic.Bool
+	// peerHint is a one-test server's client's hint fields (nil: none).
+	peerHint map[string]string
 	// shared: dev is "tbrdma serve"'s; close releases only the run's QP,
 	// MR and channel.
 	shared bool
@@ -463,7 +486,11 @@ func (t *perftest) printBW(r perf.BWReport) error {
 	if err := t.writeOutJSON(func(w io.Writer) error { return perf.WriteBWJSON(w, &t.info, r) }); err != nil {
 		return err
 	}
-	if !t.o.JSON && !t.o.CSV {
+	switch {
+	case !t.o.JSON && !t.o.CSV && t.o.ReportGbits:
+		perf.PrintBWGbits(t.o.IO.Out, r.Gbits())
+		return nil
+	case !t.o.JSON && !t.o.CSV:
 		perf.PrintBW(t.o.IO.Out, r)
 		return nil
 	}
@@ -502,7 +529,10 @@ func runPerftest(ctx context.Context, o *perftestOptions) error {
 	}
 	t := &perftest{o: o}
 	defer t.close()
-	err := t.run(ctx)
+	loopCtx, runCtx, cancel := t.loopContext(ctx)
+	defer cancel()
+	t.loopCtx = loopCtx
+	err := t.run(runCtx)
 	switch {
 	case err == nil:
 		if o.Inspect != nil {
@@ -712,6 +742,7 @@ func (t *perftest) exchangeVersions(comm *perf.Comm) error {
 		if why := perftestMismatch(t.o, comm.Hint); why != "" {
 			return refuseClient(t.oob, why)
 		}
+		_, t.peerHint, _ = parseHint(comm.Hint)
 	}
 	t.peerWindow = comm.PeerWindow
 	return t.agreeSegment(offer, comm.PeerSegment)
@@ -865,7 +896,7 @@ func (t *perftest) newLoop() *perf.Loop {
 		Name: o.Kind.name, Verb: o.Kind.verb, Server: o.Peer == "", Iters: o.Iters,
 		TxDepth: o.TxDepth, RxDepth: o.RxDepth, CQMod: o.CQMod, AtomicType: o.AtomicType, Events: o.Events,
 		Inline: o.Inline, PostList: o.PostList, PerUs: o.mhz, Bidir: o.Bidir,
-		Now: o.Now, ErrOut: o.IO.ErrOut, UD: t.ud, AliveCheck: t.aliveCheck(),
+		Now: o.Now, ErrOut: o.IO.ErrOut, UD: t.ud, AliveCheck: t.aliveCheck(), Timed: t.timed(),
 		Progress: func(label string, total uint64) perf.Progress {
 			// On a terminal, a progress line on stderr (gone before the row).
 			p := ui.NewProgress(o.IO, o.Now, label)

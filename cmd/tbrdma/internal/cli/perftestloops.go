@@ -27,7 +27,7 @@ func (t *perftest) runSend(ctx context.Context, comm *perf.Comm, rems []perf.Des
 	server := o.Peer == ""
 	bw := o.Kind.bw
 	if bw {
-		fmt.Fprintln(out, perf.BWHeader)
+		fmt.Fprintln(out, o.bwHeader())
 	} else {
 		fmt.Fprintln(out, perf.LatHeader)
 	}
@@ -45,20 +45,8 @@ func (t *perftest) runSend(ctx context.Context, comm *perf.Comm, rems []perf.Des
 			if err := t.bidirSize(ctx, comm, rems, size, false); err != nil {
 				return err
 			}
-		case bw && server:
-			rep, err := t.loop.ReceiveBW(ctx, size)
-			if err != nil {
-				return err
-			}
-			if err := t.printBW(rep); err != nil {
-				return err
-			}
 		case bw:
-			rep, err := t.loop.BW(ctx, rems, size)
-			if err != nil {
-				return err
-			}
-			if err := t.printBW(rep); err != nil {
+			if err := t.sendBW(ctx, rems, size); err != nil {
 				return err
 			}
 		default:
@@ -77,7 +65,28 @@ func (t *perftest) runSend(ctx context.Context, comm *perf.Comm, rems []perf.Des
 		}
 	}
 	fmt.Fprintln(out, perf.Line)
+	if t.interrupted() {
+		// send-bw --run_infinitely: each end runs until its own signal,
+		// as perftest's; the peer may be running still, or gone.
+		return nil
+	}
 	return comm.Close(t.my)
+}
+
+// sendBW is send-bw's loop for one size, on either side, and its row
+// (with --run_infinitely the loop prints a row per interval).
+func (t *perftest) sendBW(ctx context.Context, rems []perf.Dest, size int) error {
+	var rep perf.BWReport
+	var err error
+	if t.o.Peer == "" {
+		rep, err = t.loop.ReceiveBW(t.loopWith(ctx), size)
+	} else {
+		rep, err = t.loop.BW(t.loopWith(ctx), rems, size)
+	}
+	if err != nil || t.o.RunInfinitely {
+		return err
+	}
+	return t.printBW(rep)
 }
 
 // runLat runs read-lat or atomic-lat's client for every size and prints
@@ -102,12 +111,15 @@ func (t *perftest) runLat(ctx context.Context, comm *perf.Comm, rem perf.Dest) e
 // table; it sends the last report, which the server prints.
 func (t *perftest) runBW(ctx context.Context, comm *perf.Comm, rems []perf.Dest) error {
 	out := t.human()
-	fmt.Fprintln(out, perf.BWHeader)
+	fmt.Fprintln(out, t.o.bwHeader())
 	var rep perf.BWReport
 	for _, size := range t.o.sizes() {
 		var err error
-		if rep, err = t.loop.BW(ctx, rems, size); err != nil {
+		if rep, err = t.loop.BW(t.loopWith(ctx), rems, size); err != nil {
 			return err
+		}
+		if t.o.RunInfinitely {
+			break // the loop printed a row per interval; rep is the whole run's
 		}
 		if err := t.printBW(rep); err != nil {
 			return err
@@ -115,6 +127,9 @@ func (t *perftest) runBW(ctx context.Context, comm *perf.Comm, rems []perf.Dest)
 	}
 	if _, err := comm.HandShake(t.my); err != nil {
 		return err
+	}
+	if t.o.ReportGbits {
+		rep = rep.Gbits() // perftest sends the report in the unit it prints
 	}
 	if _, err := comm.ExchangeBWReport(rep); err != nil {
 		return err
@@ -129,7 +144,7 @@ func (t *perftest) runBW(ctx context.Context, comm *perf.Comm, rems []perf.Dest)
 // There is no final report exchange as without -b.
 func (t *perftest) runBidir(ctx context.Context, comm *perf.Comm, rems []perf.Dest) error {
 	out := t.human()
-	fmt.Fprintln(out, perf.BWHeader)
+	fmt.Fprintln(out, t.o.bwHeader())
 	for _, size := range t.o.sizes() {
 		if _, err := comm.HandShake(t.my); err != nil {
 			return err
@@ -155,14 +170,18 @@ func (t *perftest) bidirSize(ctx context.Context, comm *perf.Comm, rems []perf.D
 			return err
 		}
 	}
-	peer, err := comm.ExchangeBWReport(my)
+	mine := my
+	if t.o.ReportGbits {
+		mine = my.Gbits() // perftest sends the report in the unit it prints
+	}
+	peer, err := comm.ExchangeBWReport(mine)
 	if err != nil {
 		return err
 	}
 	if peer.Size != my.Size || peer.Iters == 0 {
 		return fmt.Errorf("report exchange: the peer reported %d iterations of %d bytes where this side ran %d of %d: it does not run -b (bidirectional); start both ends with -b, or neither", peer.Iters, peer.Size, my.Iters, my.Size)
 	}
-	return t.printBW(my.Plus(peer))
+	return t.printBW(my.Plus(t.peerReport(peer)))
 }
 
 // serve is the server's part after the QPs are connected: it has nothing to
@@ -171,7 +190,7 @@ func (t *perftest) bidirSize(ctx context.Context, comm *perf.Comm, rems []perf.D
 func (t *perftest) serve(ctx context.Context, comm *perf.Comm) error {
 	out := t.human()
 	if t.o.Kind.bw {
-		fmt.Fprintln(out, perf.BWHeader)
+		fmt.Fprintln(out, t.o.bwHeader())
 		if _, err := comm.HandShake(t.my); err != nil {
 			return err
 		}
@@ -179,7 +198,7 @@ func (t *perftest) serve(ctx context.Context, comm *perf.Comm) error {
 		if err != nil {
 			return err
 		}
-		if err := t.printBW(rep); err != nil {
+		if err := t.printBW(t.peerReport(rep)); err != nil {
 			return err
 		}
 		fmt.Fprintln(out, perf.Line)

@@ -36,7 +36,7 @@ const hintPrefix = "tbtest="
 // server side must share.
 func (o *perftestOptions) hint() string {
 	return fmt.Sprintf("%s%s s=%d n=%d a=%d t=%d Q=%d r=%d o=%d A=%s q=%d c=%s b=%d", hintPrefix, o.Kind.name,
-		o.Size, o.Iters, b2i(o.All), o.TxDepth, o.CQMod, o.RxDepth, o.OutReads, o.AtomicType, o.qps(), o.Conn, b2i(o.Bidir))
+		o.Size, o.Iters, b2i(o.All), o.TxDepth, o.CQMod, o.RxDepth, o.OutReads, o.AtomicType, o.qps(), o.Conn, b2i(o.Bidir)) + o.timedHint()
 }
 
 // hint is the test hint of a pingpong client.
@@ -166,6 +166,13 @@ func perftestFromHint(h string) (*perftestOptions, error) {
 	}
 	if o.Bidir, err = hintBidir(kv); err != nil {
 		return nil, err
+	}
+	if err := o.timedFromHint(kv); err != nil {
+		return nil, err
+	}
+	if o.RunInfinitely && k.verb == perf.VerbSend {
+		// Its receiving side runs until it is interrupted, as perftest's.
+		return nil, errServeInfinite
 	}
 	if a, ok := kv["A"]; ok && k.verb == perf.VerbAtomic {
 		if a != "FETCH_AND_ADD" && a != "CMP_AND_SWAP" {
@@ -358,6 +365,9 @@ func (s *oobServer) perftest(ctx context.Context, c net.Conn, say func(string, .
 		return "perftest", fmt.Errorf("a client without tbrdma's test hint (a stock perftest %s?): tbrdma serve hosts tbrdma clients only; for a stock client run the test's own server here, e.g. \"tbrdma write-bw\" (with serve stopped, or --oob-port 0)", comm.RemoteVersion)
 	}
 	o, err := perftestFromHint(comm.Hint)
+	if errors.Is(err, errServeInfinite) {
+		return "send-bw", refuseClient(c, err.Error())
+	}
 	if err != nil {
 		return "perftest", err
 	}
@@ -368,9 +378,12 @@ func (s *oobServer) perftest(ctx context.Context, c net.Conn, say func(string, .
 	if o.All {
 		size = "sizes 2.." + strconv.Itoa(1<<maxSizePow)
 	}
-	if o.QPs > 1 {
+	switch {
+	case o.Duration > 0:
+		say("%s: %s, %s", test, size, describeTimed(o.Duration, o.RunInfinitely, o.Iters))
+	case o.QPs > 1:
 		say("%s: %s, %d iterations on each of %d QPs", test, size, o.Iters, o.QPs)
-	} else {
+	default:
 		say("%s: %s, %d iterations", test, size, o.Iters)
 	}
 	if err := runPerftest(ctx, o); err != nil {

@@ -34,17 +34,18 @@ type foreignFlag struct {
 // perftestFlags are perftest 4.5 flags of ib_*_bw / ib_*_lat that tbrdma's
 // perftest commands do not take (yet).
 var perftestFlags = []foreignFlag{
-	{"D", "duration", "perftest's -D/--duration (run for a time) is not supported: give a count with -n ITERATIONS"},
+	{"D", "duration", "tbrdma's -D/--duration (run for a time) runs the bandwidth tests (write-bw, read-bw, send-bw) only: give a latency test a count with -n ITERATIONS"},
+	{"f", "margin", "tbrdma's -f/--margin goes with -D, which the bandwidth tests (write-bw, read-bw, send-bw) take"},
 	{"q", "qp", "perftest's -q/--qp (several QPs) applies to the bandwidth tests only (write-bw, read-bw, send-bw), as in perftest, whose latency tests refuse it"},
 	{"b", "bidirectional", "perftest's -b/--bidirectional applies to the bandwidth tests only (write-bw, read-bw, send-bw), as in perftest, whose latency tests do not take it"},
 	{"", "report-both", "perftest's --report-both (each side's own figures after -b's sums) is not supported: run each direction alone, without -b, for its own figures"},
-	{"", "report_gbits", "perftest's --report_gbits is not supported: --json and --csv report raw bytes per second"},
+	{"", "report_gbits", "perftest's --report_gbits applies to the bandwidth tests only (write-bw, read-bw, send-bw), as in perftest"},
 	{"I", "inline_size", "perftest's -I/--inline_size applies to the WRITE and SEND tests only (write-bw, send-bw, write-lat, send-lat): perftest sets it to 0 for READ and atomics"},
 	{"l", "post_list", "perftest's -l/--post_list applies to the bandwidth tests only (write-bw, read-bw, send-bw), as in perftest, whose latency tests refuse it"},
 	{"H", "report-histogram", "perftest's -H/--report-histogram applies to the latency tests only (write-lat, read-lat, send-lat, atomic-lat), as in perftest, whose bandwidth tests refuse it"},
 	{"U", "report-unsorted", "perftest's -U/--report-unsorted applies to the latency tests only (write-lat, read-lat, send-lat, atomic-lat), as in perftest, whose bandwidth tests refuse it"},
 	{"C", "report-cycles", "perftest's -C/--report-cycles applies to the latency tests only (write-lat, read-lat, send-lat, atomic-lat), as in perftest, whose bandwidth tests refuse it"},
-	{"", "run_infinitely", "perftest's --run_infinitely is not supported: give a large -n, or run tbrdma serve and repeat the client"},
+	{"", "run_infinitely", "perftest's --run_infinitely applies to the bandwidth tests only (write-bw, read-bw, send-bw), as in perftest"},
 	{"o", "outs", "perftest's -o/--outs applies to the READ and atomic tests only (read-lat, read-bw, atomic-lat)"},
 }
 

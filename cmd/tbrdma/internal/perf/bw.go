@@ -38,6 +38,9 @@ func (l *Loop) BW(ctx context.Context, rem []Dest, size int) (BWReport, error) {
 	case VerbSend:
 		op = verbs.WRSend
 	}
+	if l.Timed != nil {
+		return l.bwTimed(ctx, rem, size, op)
+	}
 	// posted and completed are in the order of the posts and of the
 	// completions over all QPs, as perftest's tposted and tcompleted.
 	posted := make([]time.Time, total)
@@ -161,6 +164,9 @@ func (l *Loop) bwSide() string {
 // message has come for a whole period the server stops, as perftest's
 // check_alive does, with its lines (the counts) and no report.
 func (l *Loop) ReceiveBW(ctx context.Context, size int) (BWReport, error) {
+	if l.Timed != nil {
+		return l.receiveTimed(ctx, size)
+	}
 	wait, stop := ctx, func() {}
 	var seen *atomic.Uint64
 	if l.AliveCheck > 0 {

@@ -65,6 +65,9 @@ type Loop struct {
 	// Bidir is -b: on send-bw, BW completes the peer's messages too (its
 	// receives posted by PostRecvs).
 	Bidir bool
+	// Timed, when set, runs BW and ReceiveBW for a time instead of Iters
+	// messages (perftest's -D and --run_infinitely; duration.go).
+	Timed *Timed
 	// Events is -e: WriteLat's wait on memory spins only briefly before it
 	// sleeps between tests.
 	Events bool

@@ -155,6 +155,37 @@ const LatHeader = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[
 // BWHeader is the bandwidth table's header.
 const BWHeader = " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]"
 
+// BWHeaderGbits is the bandwidth table's header with --report_gbits.
+const BWHeaderGbits = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+
+// GbitsPerMiB converts perftest's MiB/s to its Gb/s (10^9 bits/s):
+// perftest divides bytes per second by 125000000 instead of 2^20.
+const GbitsPerMiB = MiB / 125e6
+
+// Gbits returns r with its bandwidth figures in Gb/s (--report_gbits).
+func (r BWReport) Gbits() BWReport {
+	r.Peak *= GbitsPerMiB
+	r.Average *= GbitsPerMiB
+	return r
+}
+
+// MiBs returns r, whose bandwidth figures are in Gb/s, in MiB/s.
+func (r BWReport) MiBs() BWReport {
+	r.Peak /= GbitsPerMiB
+	r.Average /= GbitsPerMiB
+	return r
+}
+
+// PrintBWGbits writes one bandwidth row whose figures are in Gb/s, as
+// perftest does with --report_gbits: below 0.1 Gb/s with six decimals.
+func PrintBWGbits(w io.Writer, r BWReport) {
+	if r.Average < 0.1 {
+		fmt.Fprintf(w, " %-7d    %d           %-7.6f            %-7.6f            %-7.6f\n", r.Size, r.Iters, r.Peak, r.Average, r.MsgRate)
+		return
+	}
+	PrintBW(w, r)
+}
+
 // PrintLat writes one latency row.
 func PrintLat(w io.Writer, s LatStats) {
 	fmt.Fprintf(w, " %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f\n",

@@ -3,6 +3,7 @@ package perf
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/tbrdma/tbrdma/verbs"
@@ -18,6 +19,10 @@ type recvState struct {
 	total         int       // Iters on each QP, all QPs together
 	qposted       []int     // per QP
 	first, latest time.Time // first and latest receive completion seen
+	// win, in a timed run once it has started, is its schedule; inWin
+	// counts the receives completed in its window.
+	win   *window
+	inWin int
 }
 
 // PostRecvs starts a SEND test's receives for messages of size bytes:
@@ -28,13 +33,22 @@ func (l *Loop) PostRecvs(size int) error {
 	qps := l.qps()
 	l.rs = recvState{size: size, total: l.Iters * len(qps), qposted: make([]int, len(qps))}
 	for i := range qps {
-		for range min(l.RxDepth, l.Iters) {
+		for range min(l.RxDepth, l.recvLimit()) {
 			if err := l.postRecv(i); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// recvLimit is how many receives each QP posts: Iters, or in a timed run
+// (Timed) as many as the run takes.
+func (l *Loop) recvLimit() int {
+	if l.Timed != nil {
+		return math.MaxInt
+	}
+	return l.Iters
 }
 
 // postRecv posts the next receive on QP i.
@@ -90,7 +104,10 @@ func (l *Loop) received(wc *verbs.WC, now time.Time) error {
 	}
 	l.rs.done++
 	l.rs.latest = now
-	if q := wrQP(wc.WRID); q < len(l.rs.qposted) && l.rs.qposted[q] < l.Iters {
+	if l.rs.win != nil && l.rs.win.counts(now) {
+		l.rs.inWin++
+	}
+	if q := wrQP(wc.WRID); q < len(l.rs.qposted) && l.rs.qposted[q] < l.recvLimit() {
 		return l.postRecv(q)
 	}
 	return nil

@@ -1,0 +1,252 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/perf"
+	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
+)
+
+// timedRow matches a bandwidth row of a timed run (any count, peak
+// 0.00) and captures the count.
+func timedRow(size int) *regexp.Regexp {
+	return regexp.MustCompile(`(?m)^ ` + regexp.QuoteMeta(padRight(itoa(size), 7)) + `    (\d+) +0\.00 +[\d.]+ *\t\t +[\d.]+$`)
+}
+
+// rowIters returns the count of out's timed row for size, failing the
+// test without one or with a count of 0.
+func rowIters(t *testing.T, who, out string, size int) int {
+	t.Helper()
+	m := timedRow(size).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("%s: no timed row for %d bytes:\n%s", who, size, out)
+	}
+	n, _ := strconv.Atoi(m[1])
+	if n == 0 {
+		t.Errorf("%s: a row of 0 iterations:\n%s", who, out)
+	}
+	return n
+}
+
+// TestPerftestDurationLoopback runs each bandwidth test for a second (-D
+// 1, no margin) between two tbrdma ends: both end by themselves, with a
+// row of more than -n messages; a write-bw or read-bw server prints the
+// client's row, a send-bw server its own.
+func TestPerftestDurationLoopback(t *testing.T) {
+	for _, k := range []*perftestKind{writeBWTest, readBWTest, sendBWTest} {
+		t.Run(k.name, func(t *testing.T) {
+			sout, cout, serr, cerr := runPerftestPair(t, k, []string{"-D", "1", "-s", "4096", "-n", "5"}, nil)
+			if !strings.Contains(cout, perf.BWHeader) {
+				t.Errorf("client: no header:\n%s", cout)
+			}
+			c := rowIters(t, "client", cout, 4096)
+			s := rowIters(t, "server", sout, 4096)
+			if k != sendBWTest && s != c {
+				t.Errorf("server's row has %d iterations, the client's %d", s, c)
+			}
+			if c <= 5 {
+				t.Errorf("client: %d iterations, -n 5: -n was not ignored", c)
+			}
+			if serr != "" || cerr != "" {
+				t.Errorf("stderr: server %q, client %q", serr, cerr)
+			}
+		})
+	}
+}
+
+// TestPerftestReportGbits: --report_gbits changes the header and the
+// unit on both ends; the client sends its report in Gb/s (as perftest),
+// and the server prints it in its own unit.
+func TestPerftestReportGbits(t *testing.T) {
+	sout, cout, _, _ := runPerftestPair(t, writeBWTest, []string{"-n", "50", "-s", "4096", "--report_gbits"}, nil)
+	for who, out := range map[string]string{"server": sout, "client": cout} {
+		if !strings.Contains(out, perf.BWHeaderGbits) || strings.Contains(out, "MiB/sec") {
+			t.Errorf("%s: not the Gb/s header:\n%s", who, out)
+		}
+	}
+	row := func(out string) string {
+		m := regexp.MustCompile(`(?m)^ 4096 .*$`).FindString(out)
+		return strings.Join(strings.Fields(m), " ")
+	}
+	if row(sout) == "" || row(sout) != row(cout) {
+		t.Errorf("the server's row %q, the client's %q", row(sout), row(cout))
+	}
+	o := &perftestOptions{}
+	r := perf.BWReport{Size: 2, Iters: 5, Average: 8, Peak: 4}
+	tb := &perftest{o: o, peerHint: map[string]string{"g": "1"}}
+	if got := tb.peerReport(r); got != r.MiBs() {
+		t.Errorf("a Gb/s client's report: %+v, want %+v", got, r.MiBs())
+	}
+	tb.peerHint = map[string]string{}
+	if got := tb.peerReport(r); got != r {
+		t.Errorf("a MiB/s client's report: %+v, want it as sent", got)
+	}
+}
+
+// TestPerftestDurationFlags checks the margin and depths a timed run
+// gets, as perftest's rules give them.
+func TestPerftestDurationFlags(t *testing.T) {
+	f, _, _ := testFactory()
+	for _, c := range []struct {
+		args   []string
+		d, f   time.Duration
+		tx, rx int
+	}{
+		{[]string{"-D", "3"}, 3 * time.Second, 0, 128, 512},                            // perftest: 3/4 = 0
+		{[]string{"-D", "10", "-n", "5"}, 10 * time.Second, 2 * time.Second, 128, 512}, // -n does not lower the depths
+		{[]string{"--duration=1m30s", "-f", "5"}, 90 * time.Second, 5 * time.Second, 128, 512},
+		{[]string{"--run_infinitely"}, 5 * time.Second, time.Second, 128, 512},
+		{[]string{"-n", "5"}, 0, 0, 5, 6},
+	} {
+		o := parsePerftest(t, f, sendBWTest, append(c.args, "192.0.2.1")...)
+		if o.Duration != c.d || o.Margin != c.f || o.TxDepth != c.tx || o.RxDepth != c.rx {
+			t.Errorf("%q: -D %v -f %v -t %d -r %d, want %v %v %d %d", c.args, o.Duration, o.Margin, o.TxDepth, o.RxDepth, c.d, c.f, c.tx, c.rx)
+		}
+		// serve reads the same flags back from the hint (write-bw's:
+		// serve refuses send-bw --run_infinitely).
+		o = parsePerftest(t, f, writeBWTest, append(c.args, "192.0.2.1")...)
+		h, err := perftestFromHint(o.hint())
+		if err != nil || h.Duration != o.Duration || h.Margin != o.Margin || h.RunInfinitely != o.RunInfinitely {
+			t.Errorf("%q: from the hint %q: %+v, %v", c.args, o.hint(), h, err)
+		}
+	}
+	for _, h := range []string{
+		"tbtest=write-bw s=2 n=5 a=0 t=1 Q=1 r=0 o=0 A=x q=1 D=0",
+		"tbtest=write-bw s=2 n=5 a=0 t=1 Q=1 r=0 o=0 A=x q=1 D=1000 f=500",
+		"tbtest=write-bw s=2 n=5 a=0 t=1 Q=1 r=0 o=0 A=x q=1 inf=1",
+		"tbtest=write-bw s=2 n=5 a=1 t=1 Q=1 r=0 o=0 A=x q=1 D=1000 f=0",
+		"tbtest=read-lat s=2 n=5 a=0 t=1 Q=1 r=0 o=1 A=x q=1 D=1000 f=0",
+		"tbtest=send-bw s=2 n=5 a=0 t=1 Q=1 r=8 o=0 A=x q=1 D=1000 f=0 inf=1",
+	} {
+		if _, err := perftestFromHint(h); err == nil {
+			t.Errorf("hint %q accepted", h)
+		}
+	}
+}
+
+// TestPerftestDurationMismatch: a send-bw server counts the messages, so
+// it must run as the client does (-D, or -n); write-bw's and read-bw's do
+// not care.
+func TestPerftestDurationMismatch(t *testing.T) {
+	f, _, _ := testFactory()
+	srv := func(k *perftestKind, args ...string) *perftestOptions { return parsePerftest(t, f, k, args...) }
+	cli := func(k *perftestKind, args ...string) string {
+		return parsePerftest(t, f, k, append(args, "192.0.2.1")...).hint()
+	}
+	for _, c := range []struct {
+		o    *perftestOptions
+		hint string
+		want string
+	}{
+		{srv(sendBWTest, "-n", "100"), cli(sendBWTest, "-D", "3"), "the client runs send-bw -D 3s, this server -n 100"},
+		{srv(sendBWTest, "-D", "3"), cli(sendBWTest, "-n", "100"), "the client runs send-bw -n 100, this server -D 3s"},
+		{srv(sendBWTest, "-D", "3"), cli(sendBWTest, "-D", "5"), "-D 5s, this server -D 3s"},
+		{srv(sendBWTest, "-D", "5"), cli(sendBWTest, "--run_infinitely"), "--run_infinitely -D 5s, this server -D 5s"},
+		{srv(sendBWTest, "-D", "3", "-n", "7"), cli(sendBWTest, "-D", "3"), ""},
+		{srv(writeBWTest), cli(writeBWTest, "-D", "3"), ""},
+		{srv(readBWTest, "-D", "9"), cli(readBWTest, "--run_infinitely", "--report_gbits"), ""},
+	} {
+		got := perftestMismatch(c.o, c.hint)
+		if c.want == "" && got != "" || !strings.Contains(got, c.want) {
+			t.Errorf("hint %q: %q, want %q", c.hint, got, c.want)
+		}
+	}
+}
+
+// rowWriter is a client's stdout that cancels the run once it has seen
+// rows JSON rows.
+type rowWriter struct {
+	mu     sync.Mutex
+	b      bytes.Buffer
+	rows   int
+	cancel context.CancelFunc
+}
+
+func (w *rowWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b.Write(p)
+	if strings.Count(w.b.String(), "\n") >= w.rows {
+		w.cancel() // as Ctrl-C
+	}
+	return len(p), nil
+}
+
+// TestPerftestRunInfinitely runs write-bw --run_infinitely with a
+// 1-second interval and interrupts the client after its second row: the
+// client ends cleanly, with a JSON row per interval, and the server
+// prints the whole run's figures.
+func TestPerftestRunInfinitely(t *testing.T) {
+	sa, ca := loopbackAddr(), loopbackAddr()
+	sf, sout, serr := testFactory()
+	so := parsePerftest(t, sf, writeBWTest, "--bind", sa.String(), "-p", "0", "-s", "4096")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &rowWriter{rows: 2, cancel: cancel}
+	var cerr bytes.Buffer
+	pair(t, func(l func(net.Addr)) error {
+		so.Listening = l
+		return runPerftest(context.Background(), so)
+	}, func(port int) error {
+		cf := &Factory{IO: &ui.IO{In: new(bytes.Buffer), Out: w, ErrOut: &cerr}, Now: time.Now}
+		cf.OpenDevice = sf.OpenDevice
+		co := parsePerftest(t, cf, writeBWTest, "--bind", ca.String(), "-p", itoa(port), "-s", "4096",
+			"--run_infinitely", "-D", "1", "--json", sa.String())
+		return runPerftest(ctx, co)
+	})
+	var rows []struct{ Iterations uint64 }
+	for _, l := range strings.Split(strings.TrimSpace(w.b.String()), "\n") {
+		var r struct{ Iterations uint64 }
+		if err := json.Unmarshal([]byte(l), &r); err != nil || r.Iterations == 0 {
+			t.Errorf("row %q: %+v, %v", l, r, err)
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) < 2 {
+		t.Fatalf("%d rows:\n%s", len(rows), w.b.String())
+	}
+	n := rowIters(t, "server", sout.String(), 4096)
+	if uint64(n) < rows[0].Iterations+rows[1].Iterations {
+		t.Errorf("the server's row has %d iterations, fewer than the client's two rows %+v", n, rows)
+	}
+	if serr.Len() != 0 || cerr.Len() != 0 {
+		t.Errorf("stderr: server %q, client %q", serr, &cerr)
+	}
+}
+
+// TestServeHostsDuration: tbrdma serve hosts -D clients of the three
+// bandwidth tests (the hint carries -D), and refuses send-bw
+// --run_infinitely at once, with the reason on the client's side.
+func TestServeHostsDuration(t *testing.T) {
+	sa, ca := rdmaAddr(t), rdmaAddr(t)
+	_, errOf := startServeLog(t, sa)
+	waitServeLog(t, errOf, "port 18515 (TCP, pingpong and perftest clients)")
+	client := func(args ...string) (int, string, string) {
+		f, out, errOut := testFactory()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		code := run(ctx, f, append(args, "--bind", ca.String(), sa.String()))
+		return code, out.String(), errOut.String()
+	}
+	for _, test := range []string{"write-bw", "read-bw", "send-bw"} {
+		code, out, errOut := client(test, "-D", "1", "-s", "8192")
+		if code != ExitOK {
+			t.Fatalf("%s -D 1: exit %d\n%s\n%s\nserve:\n%s", test, code, out, errOut, errOf())
+		}
+		rowIters(t, test, out, 8192)
+	}
+	waitServeLog(t, errOf, "send-bw: 8192 bytes, -D 1s")
+	code, _, errOut := client("send-bw", "--run_infinitely", "-D", "1")
+	if code != ExitFailed || !strings.Contains(errOut, "tbrdma serve does not host send-bw --run_infinitely") {
+		t.Errorf("send-bw --run_infinitely: exit %d, stderr %q", code, errOut)
+	}
+}
