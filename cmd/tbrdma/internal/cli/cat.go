@@ -312,29 +312,14 @@ func runCatReceive(ctx context.Context, o *catOptions) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				c, err := l.AcceptConn()
-				if err != nil {
-					return
-				}
-				select {
-				case conns <- c:
-				case <-quit:
-					c.Abort()
-					return
-				}
-			}
+			catAcceptLoop(l, conns, quit)
 		}()
 	}
 	if o.ready != nil {
 		o.ready(bound)
 	}
 	if tty {
-		var s []string
-		for _, b := range bound {
-			s = append(s, b.Addr().String())
-		}
-		fmt.Fprintf(errOut, "tbrdma cat: waiting for a stream on %s port %d\n", strings.Join(s, ", "), o.Port)
+		fmt.Fprintf(errOut, "tbrdma cat: waiting for a stream on %s port %d\n", joinAddrs(bound), o.Port)
 	}
 
 	var c *stream.Conn
@@ -713,4 +698,13 @@ func catSend(ctx context.Context, o *catOptions, c *stream.Conn, peer netip.Addr
 	}
 	prog.done(cp.trailer.bytes, "confirmed by the receiver")
 	return nil
+}
+
+// joinAddrs lists the addresses of bound, for cat's waiting line.
+func joinAddrs(bound []netip.AddrPort) string {
+	s := make([]string, len(bound))
+	for i, b := range bound {
+		s[i] = b.Addr().String()
+	}
+	return strings.Join(s, ", ")
 }

@@ -293,11 +293,7 @@ func runCatRelayed(ctx context.Context, o *catOptions, ref catServeRef) error {
 		o.ready(bound)
 	}
 	if tty {
-		var s []string
-		for _, b := range bound {
-			s = append(s, b.Addr().String())
-		}
-		fmt.Fprintf(errOut, "tbrdma cat: waiting for a stream on %s port %d (through %s)\n", strings.Join(s, ", "), o.Port, serve)
+		fmt.Fprintf(errOut, "tbrdma cat: waiting for a stream on %s port %d (through %s)\n", joinAddrs(bound), o.Port, serve)
 	}
 	peer, err := catAwaitSender(errOut, r)
 	if err != nil {
