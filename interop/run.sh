@@ -405,6 +405,13 @@ perf_rows() {
         END { printf "%d %d\n", rows, bad }' "$1"
 }
 
+# lat_dur_rows FILE: how many of FILE's result rows are not a latency
+# duration row (#bytes #iterations t_avg tps: 4 fields).
+lat_dur_rows() {
+    awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && $3 ~ /^[0-9.]+$/ && NF >= 4 && NF != 4 { bad++ }
+        END { print bad + 0 }' "$1"
+}
+
 # all_rows GUEST_OUT WORDS...: the rows -a makes: 23 (2 B … 8 MiB), or over
 # UD (-c UD) one per size from 2 B up to the MTU the guest's header shows.
 all_rows() {
@@ -483,13 +490,25 @@ data_check() {
                 DATA="$DATA, sums agree"
             fi
         fi
+        if [[ $tool == ib_*_lat ]] && has -D "${gw[@]}"; then
+            # A latency test's duration rows: perftest's own header
+            # (t_avg, tps average) and 4 figures, on the side(s) with rows.
+            DATA="$DATA, -D rows"
+            local f
+            for f in "$g" "$t"; do
+                [ "$(perf_rows "$f" timed | cut -d' ' -f1)" = 0 ] && continue
+                grep -q 't_avg\[usec\] *tps average' "$f" && [ "$(lat_dur_rows "$f")" = 0 ] ||
+                    { DATA_OK=0 DATA="$DATA: not the duration header and rows in $(basename "$f")"; }
+            done
+        fi
         if [ "$tool" = ib_atomic_lat ] && [ "${tw[0]}" = exec ]; then
             DATA="$DATA, values: stock tool's own"
         elif [ "$tool" = ib_atomic_lat ]; then
             # tbrdma checks the atomics' values: as requester the values
             # fetched; as responder its target (perftest's CMP_AND_SWAP swaps
             # 0 for 0, so the target must still be 0).
-            if grep -q -e 'as expected' -e 'CMP_AND_SWAP left 0 in the target$' "$t"; then
+            # With -D the responder has no count to check: it reports.
+            if grep -q -e 'as expected' -e 'CMP_AND_SWAP left 0 in the target$' -e 'timed run of FETCH_AND_ADD left [1-9]' "$t"; then
                 DATA="$DATA, values ok"
             else
                 DATA_OK=0 DATA="$DATA, atomic values wrong or unchecked"

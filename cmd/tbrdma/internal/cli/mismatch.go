@@ -51,8 +51,10 @@ func (m mismatchFlags) String() string {
 //   - a buffer (-s) at least as large as the client's messages; write-lat
 //     and send-lat, where the server sends as well, the same -s;
 //   - where the server counts messages (send-bw, send-lat, write-lat,
-//     atomic-lat) the same -n, and for atomic-lat the same -A; send-bw
-//     the same -D and --run_infinitely (timedMismatch), and then any -n;
+//     atomic-lat) the same -n, and for atomic-lat the same -A; send-bw,
+//     write-lat and send-lat the same -D, send-bw the same
+//     --run_infinitely, atomic-lat -D or not (timedMismatch), and then
+//     any -n;
 //   - the same -q (each end exchanges one description per QP);
 //   - the same -c (QPs of different types do not talk to each other);
 //   - the same -b (with it both ends run traffic and exchange reports
@@ -77,7 +79,7 @@ func perftestMismatch(o *perftestOptions, h string) string {
 		bad = cl.size > sv.size || sameSize && cl.size != sv.size
 	}
 	counts := k.verb == perf.VerbSend || k.verb == perf.VerbAtomic || k.verb == perf.VerbWrite && !k.bw
-	timed := cl.test == sv.test && k.bw && (kv["D"] != "" || o.Duration > 0)
+	timed := cl.test == sv.test && (kv["D"] != "" || o.Duration > 0)
 	if cl.test == sv.test && counts && cl.n != sv.n && !timed {
 		extra = append(extra, fmt.Sprintf("-n %d, this server -n %d", cl.n, sv.n))
 	}

@@ -215,8 +215,8 @@ address the kernel routes to the peer from.%s`, k.stock, connLong(k), k.stock, p
 		fl.IntVarP(&opts.CQMod, "cq-mod", "Q", 100, "generate a completion every `n` messages (1 when size > 8192)")
 		fl.IntVarP(&opts.QPs, "qp", "q", 1, fmt.Sprintf("run `n` QPs at once (1-%d), -n iterations each; the row sums them (both ends need the same -q)", maxQPs))
 		fl.BoolVarP(&opts.Bidir, "bidirectional", "b", false, "run in both directions at once; the row adds up both sides' figures (both ends need -b)")
-		addTimedFlags(fl, opts)
 	}
+	addTimedFlags(fl, opts, k.bw)
 	if k.verb == perf.VerbSend {
 		fl.IntVarP(&opts.RxDepth, "rx-depth", "r", 512, "size of the receive queue")
 	}
@@ -315,10 +315,8 @@ func (o *perftestOptions) check(c *cobra.Command) error {
 			return FlagErrorf("invalid -o %d: want 1..%d", o.OutReads, verbs.MaxRdAtomic)
 		}
 	}
-	if o.Kind.bw {
-		if err := o.checkTimed(c); err != nil {
-			return err
-		}
+	if err := o.checkTimed(c); err != nil {
+		return err
 	}
 	timed := o.Duration > 0 // a timed run ignores -n (perftest_duration.go)
 	if o.Kind.bw {
@@ -475,6 +473,10 @@ func (t *perftest) printLat(s perf.LatStats) error {
 		return nil
 	}
 	ns := func(us float64) *float64 { return jsonout.Ptr(jsonout.Round(us*1e3, 3)) }
+	if s.Timed { // -D: the average, and the transactions per second as msg_rate_pps
+		return t.row(&jsonout.BenchV1{Bytes: uint64(s.Size), Iterations: uint64(s.Iters), TAvgNs: ns(s.Avg),
+			MsgRatePps: jsonout.Ptr(jsonout.Round(s.TPS, 3))})
+	}
 	return t.row(&jsonout.BenchV1{Bytes: uint64(s.Size), Iterations: uint64(s.Iters),
 		TMinNs: ns(s.Min), TMaxNs: ns(s.Max), TTypicalNs: ns(s.Typical), TAvgNs: ns(s.Avg), TStdevNs: ns(s.Stdev),
 		P99Ns: ns(s.P99), P999Ns: ns(s.P999)})

@@ -13,11 +13,12 @@ import (
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/perf"
 )
 
-// This file holds the bandwidth tests' duration mode, as perftest's:
-// -D/--duration (run for a time), -f/--margin (the part of each end of
-// the run left out of the figures), --run_infinitely (a row every -D
-// seconds until interrupted) and --report_gbits (Gb/s instead of MiB/s).
-// The loops are perf.Timed's (perf/duration.go).
+// This file holds the tests' duration mode, as perftest's: -D/--duration
+// (run for a time) and -f/--margin (the part of each end of the run left
+// out of the figures) for every test; for the bandwidth tests also
+// --run_infinitely (a row every -D seconds until interrupted) and
+// --report_gbits (Gb/s instead of MiB/s). The loops are perf.Timed's
+// (perf/duration.go, perf/latduration.go).
 
 // defInfiniteInterval is perftest's DEF_DURATION: --run_infinitely's
 // interval without -D.
@@ -31,10 +32,14 @@ const closeAfterInterrupt = 10 * time.Second
 // client.
 var errServeInfinite = errors.New("tbrdma serve does not host send-bw --run_infinitely, whose server runs until it is interrupted: on the server's machine run a one-test server, tbrdma send-bw --run_infinitely, with the client's -D")
 
-// addTimedFlags adds the duration flags of the bandwidth tests.
-func addTimedFlags(fl *pflag.FlagSet, o *perftestOptions) {
+// addTimedFlags adds the duration flags: -D and -f, and for the
+// bandwidth tests (bw) --run_infinitely and --report_gbits.
+func addTimedFlags(fl *pflag.FlagSet, o *perftestOptions, bw bool) {
 	fl.VarP(newDurationFlag(&o.Duration, 0), "duration", "D", "run for `seconds` instead of -n iterations, as perftest's -D (a Go duration such as 1m30s too); not with -a or -e")
 	fl.VarP(newDurationFlag(&o.Margin, 0), "margin", "f", "with -D: leave `seconds` at each end of the run out of the figures (default -D/4 in whole seconds, as perftest)")
+	if !bw {
+		return
+	}
 	fl.BoolVar(&o.RunInfinitely, "run_infinitely", false, "run until interrupted (Ctrl-C, SIGTERM), a row every -D seconds (default 5)")
 	fl.BoolVar(&o.ReportGbits, "report_gbits", false, "report bandwidth in Gb/s (10^9 bit/s) instead of MiB/s")
 }
@@ -69,6 +74,9 @@ func (o *perftestOptions) checkTimed(c *cobra.Command) error {
 	if o.PostList > 1 {
 		return FlagErrorf("%s with -l is not supported by tbrdma yet: drop -l, or give -n ITERATIONS", mode)
 	}
+	if o.Histogram || o.Unsorted || o.Cycles {
+		return FlagErrorf("-D reports the average latency only, without samples (as perftest): drop -H, -U and -C, or give -n ITERATIONS")
+	}
 	if !c.Flags().Changed("margin") {
 		o.Margin = (o.Duration / 4).Truncate(time.Second)
 	}
@@ -90,6 +98,15 @@ func (t *perftest) timed() *perf.Timed {
 		return nil
 	}
 	return &perf.Timed{Duration: o.Duration, Margin: o.Margin, Infinite: o.RunInfinitely, Row: t.printBW}
+}
+
+// latHeader is the latency table's header: perftest's duration mode has
+// its own.
+func (o *perftestOptions) latHeader() string {
+	if o.Duration > 0 {
+		return perf.LatDurHeader
+	}
+	return perf.LatHeader
 }
 
 // bwHeader is the bandwidth table's header, in the unit of --report_gbits.
@@ -147,8 +164,8 @@ func (o *perftestOptions) timedFromHint(kv map[string]string) error {
 	switch {
 	case o.Duration == 0 && (o.RunInfinitely || o.Margin > 0):
 		return fmt.Errorf("test hint: inf=%d f=%d without D", inf, f)
-	case o.Duration > 0 && !o.Kind.bw:
-		return fmt.Errorf("test hint: %s with D=%d: duration mode is for the bandwidth tests only", o.Kind.name, d)
+	case (o.RunInfinitely || o.ReportGbits) && !o.Kind.bw:
+		return fmt.Errorf("test hint: %s with inf=%d g=%d: --run_infinitely and --report_gbits are for the bandwidth tests only", o.Kind.name, inf, g)
 	case o.Duration > 0 && o.All:
 		return fmt.Errorf("test hint: D=%d with a=1: duration mode runs one size", d)
 	case o.Duration > 0 && o.Duration <= 2*o.Margin:
@@ -169,20 +186,29 @@ func describeTimed(d time.Duration, inf bool, n int) string {
 	return "-n " + strconv.Itoa(n)
 }
 
-// timedMismatch is what differs in how long a send-bw client and this
-// server run ("" when they agree): the server counts the messages, so it
+// timedMismatch is what differs in how long a client and this server
+// run ("" when they agree). A send-bw server counts the messages, so it
 // runs the client's -D (or the client's -n, checked with the counts), and
-// --run_infinitely on both ends or neither. write-bw and read-bw servers
-// only wait for the client's report, whatever its mode.
+// --run_infinitely on both ends or neither; write-lat and send-lat's
+// servers ping-pong with the client, so they run the same -D (or -n).
+// atomic-lat's server checks its target against the client's -n, which a
+// timed run has not: -D on both ends or neither. write-bw, read-bw and
+// read-lat servers only wait for the client, whatever its mode.
 func timedMismatch(o *perftestOptions, kv map[string]string) string {
-	if o.Kind.verb != perf.VerbSend || !o.Kind.bw {
+	k := o.Kind
+	pingPong := !k.bw && (k.verb == perf.VerbSend || k.verb == perf.VerbWrite)
+	if !pingPong && k.verb != perf.VerbAtomic && (k.verb != perf.VerbSend || !k.bw) {
 		return ""
 	}
 	cl := &perftestOptions{Kind: o.Kind}
 	if cl.timedFromHint(kv) != nil {
 		return "" // serve's checks name a malformed hint
 	}
-	if cl.Duration == o.Duration && cl.RunInfinitely == o.RunInfinitely {
+	same := cl.Duration == o.Duration
+	if k.verb == perf.VerbAtomic {
+		same = (cl.Duration > 0) == (o.Duration > 0)
+	}
+	if same && cl.RunInfinitely == o.RunInfinitely {
 		return ""
 	}
 	n, _ := strconv.Atoi(kv["n"])

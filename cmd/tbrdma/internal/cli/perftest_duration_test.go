@@ -124,7 +124,8 @@ func TestPerftestDurationFlags(t *testing.T) {
 		"tbtest=write-bw s=2 n=5 a=0 t=1 Q=1 r=0 o=0 A=x q=1 D=1000 f=500",
 		"tbtest=write-bw s=2 n=5 a=0 t=1 Q=1 r=0 o=0 A=x q=1 inf=1",
 		"tbtest=write-bw s=2 n=5 a=1 t=1 Q=1 r=0 o=0 A=x q=1 D=1000 f=0",
-		"tbtest=read-lat s=2 n=5 a=0 t=1 Q=1 r=0 o=1 A=x q=1 D=1000 f=0",
+		"tbtest=read-lat s=2 n=5 a=0 t=1 Q=1 r=0 o=1 A=x q=1 D=1000 f=0 g=1",
+		"tbtest=write-lat s=2 n=5 a=0 t=1 Q=1 r=0 o=0 A=x q=1 D=1000 f=0 inf=1",
 		"tbtest=send-bw s=2 n=5 a=0 t=1 Q=1 r=8 o=0 A=x q=1 D=1000 f=0 inf=1",
 	} {
 		if _, err := perftestFromHint(h); err == nil {
@@ -134,8 +135,10 @@ func TestPerftestDurationFlags(t *testing.T) {
 }
 
 // TestPerftestDurationMismatch: a send-bw server counts the messages, so
-// it must run as the client does (-D, or -n); write-bw's and read-bw's do
-// not care.
+// it must run as the client does (-D, or -n), and so must write-lat's and
+// send-lat's, which ping-pong with it; atomic-lat's checks its target
+// against -n, so it runs -D (any) if the client does; write-bw's,
+// read-bw's and read-lat's do not care.
 func TestPerftestDurationMismatch(t *testing.T) {
 	f, _, _ := testFactory()
 	srv := func(k *perftestKind, args ...string) *perftestOptions { return parsePerftest(t, f, k, args...) }
@@ -154,6 +157,12 @@ func TestPerftestDurationMismatch(t *testing.T) {
 		{srv(sendBWTest, "-D", "3", "-n", "7"), cli(sendBWTest, "-D", "3"), ""},
 		{srv(writeBWTest), cli(writeBWTest, "-D", "3"), ""},
 		{srv(readBWTest, "-D", "9"), cli(readBWTest, "--run_infinitely", "--report_gbits"), ""},
+		{srv(writeLatTest), cli(writeLatTest, "-D", "3"), "the client runs write-lat -D 3s, this server -n 1000"},
+		{srv(sendLatTest, "-D", "3"), cli(sendLatTest, "-D", "5"), "-D 5s, this server -D 3s"},
+		{srv(sendLatTest, "-D", "3", "-n", "7"), cli(sendLatTest, "-D", "3"), ""},
+		{srv(atomicLatTest), cli(atomicLatTest, "-D", "3"), "the client runs atomic-lat -D 3s, this server -n 1000"},
+		{srv(atomicLatTest, "-D", "9"), cli(atomicLatTest, "-D", "3"), ""},
+		{srv(readLatTest), cli(readLatTest, "-D", "3"), ""},
 	} {
 		got := perftestMismatch(c.o, c.hint)
 		if c.want == "" && got != "" || !strings.Contains(got, c.want) {
@@ -248,5 +257,87 @@ func TestServeHostsDuration(t *testing.T) {
 	code, _, errOut := client("send-bw", "--run_infinitely", "-D", "1")
 	if code != ExitFailed || !strings.Contains(errOut, "tbrdma serve does not host send-bw --run_infinitely") {
 		t.Errorf("send-bw --run_infinitely: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// latDurRow matches a latency row of a timed run (perftest's
+// REPORT_FMT_LAT_DUR) and captures the count.
+func latDurRow(size int) *regexp.Regexp {
+	return regexp.MustCompile(`(?m)^ ` + regexp.QuoteMeta(padRight(itoa(size), 7)) + `       (\d+) +[\d.]+ +[\d.]+$`)
+}
+
+// latDurIters returns the count of out's timed latency row for size
+// under the duration header, failing the test without them or with a
+// count of 0.
+func latDurIters(t *testing.T, who, out string, size int) int {
+	t.Helper()
+	m := latDurRow(size).FindStringSubmatch(out)
+	if m == nil || !strings.Contains(out, perf.LatDurHeader) {
+		t.Fatalf("%s: no duration header and row for %d bytes:\n%s", who, size, out)
+	}
+	n, _ := strconv.Atoi(m[1])
+	if n == 0 {
+		t.Errorf("%s: a row of 0 iterations:\n%s", who, out)
+	}
+	return n
+}
+
+// TestPerftestLatDurationLoopback runs each latency test for a second
+// (-D 1) between two tbrdma ends: both end by themselves; the client's
+// row (and the server's, for the ping-pongs) counts more than -n
+// transactions in perftest's duration layout; atomic-lat's server reports
+// its target without checking it against -n.
+func TestPerftestLatDurationLoopback(t *testing.T) {
+	for _, k := range []*perftestKind{writeLatTest, sendLatTest, readLatTest, atomicLatTest} {
+		t.Run(k.name, func(t *testing.T) {
+			sout, cout, serr, cerr := runPerftestPair(t, k, []string{"-D", "1", "-n", "5"}, nil)
+			c := latDurIters(t, "client", cout, k.defSize)
+			if c <= 5 {
+				t.Errorf("client: %d iterations, -n 5: -n was not ignored", c)
+			}
+			if k == writeLatTest || k == sendLatTest {
+				latDurIters(t, "server", sout, k.defSize)
+			}
+			if k == atomicLatTest {
+				if !strings.Contains(cerr, "FETCH_AND_ADD results checked") || !strings.Contains(serr, "the peer's timed run of FETCH_AND_ADD left ") {
+					t.Errorf("stderr: server %q, client %q", serr, cerr)
+				}
+			} else if serr != "" || cerr != "" {
+				t.Errorf("stderr: server %q, client %q", serr, cerr)
+			}
+		})
+	}
+}
+
+// TestPerftestLatDurationJSON: a timed latency run's --json row carries
+// the count, the average and the transactions per second (msg_rate_pps),
+// and no figure it has not measured.
+func TestPerftestLatDurationJSON(t *testing.T) {
+	_, cout, _, _ := runPerftestPair(t, readLatTest, []string{"-D", "1", "--json"}, nil)
+	var r map[string]any
+	if err := json.Unmarshal([]byte(strings.TrimSpace(cout)), &r); err != nil {
+		t.Fatalf("row %q: %v", cout, err)
+	}
+	if r["iterations"] == nil || r["t_avg_ns"] == nil || r["msg_rate_pps"] == nil || r["t_min_ns"] != nil || r["p99_ns"] != nil {
+		t.Errorf("row %v", r)
+	}
+}
+
+// TestServeHostsLatDuration: tbrdma serve hosts -D clients of the four
+// latency tests (the hint carries -D), and says how each runs.
+func TestServeHostsLatDuration(t *testing.T) {
+	sa, ca := rdmaAddr(t), rdmaAddr(t)
+	_, errOf := startServeLog(t, sa)
+	waitServeLog(t, errOf, "port 18515 (TCP, pingpong and perftest clients)")
+	for _, k := range []*perftestKind{writeLatTest, sendLatTest, readLatTest, atomicLatTest} {
+		f, out, errOut := testFactory()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		code := run(ctx, f, []string{k.name, "-D", "1", "--bind", ca.String(), sa.String()})
+		cancel()
+		if code != ExitOK {
+			t.Fatalf("%s -D 1: exit %d\n%s\n%s\nserve:\n%s", k.name, code, out, errOut, errOf())
+		}
+		latDurIters(t, k.name, out.String(), k.defSize)
+		waitServeLog(t, errOf, k.name+": "+itoa(k.defSize)+" bytes, -D 1s")
 	}
 }

@@ -29,7 +29,7 @@ func (t *perftest) runSend(ctx context.Context, comm *perf.Comm, rems []perf.Des
 	if bw {
 		fmt.Fprintln(out, o.bwHeader())
 	} else {
-		fmt.Fprintln(out, perf.LatHeader)
+		fmt.Fprintln(out, t.o.latHeader())
 	}
 	for _, size := range o.sizes() {
 		if !bw || server || o.Bidir {
@@ -93,7 +93,7 @@ func (t *perftest) sendBW(ctx context.Context, rems []perf.Dest, size int) error
 // the table.
 func (t *perftest) runLat(ctx context.Context, comm *perf.Comm, rem perf.Dest) error {
 	out := t.human()
-	fmt.Fprintln(out, perf.LatHeader)
+	fmt.Fprintln(out, t.o.latHeader())
 	for _, size := range t.o.sizes() {
 		stats, err := t.loop.Lat(ctx, rem, size)
 		if err != nil {
@@ -217,7 +217,7 @@ func (t *perftest) serve(ctx context.Context, comm *perf.Comm) error {
 // 4.5 exchanges nothing after the run: no report, no closing handshake.
 func (t *perftest) runWriteLat(ctx context.Context, rem perf.Dest) error {
 	out := t.human()
-	fmt.Fprintln(out, perf.LatHeader)
+	fmt.Fprintln(out, t.o.latHeader())
 	for _, size := range t.o.sizes() {
 		s, err := t.loop.WriteLat(ctx, rem, size)
 		if err != nil {

@@ -34,8 +34,6 @@ type foreignFlag struct {
 // perftestFlags are perftest 4.5 flags of ib_*_bw / ib_*_lat that tbrdma's
 // perftest commands do not take (yet).
 var perftestFlags = []foreignFlag{
-	{"D", "duration", "tbrdma's -D/--duration (run for a time) runs the bandwidth tests (write-bw, read-bw, send-bw) only: give a latency test a count with -n ITERATIONS"},
-	{"f", "margin", "tbrdma's -f/--margin goes with -D, which the bandwidth tests (write-bw, read-bw, send-bw) take"},
 	{"q", "qp", "perftest's -q/--qp (several QPs) applies to the bandwidth tests only (write-bw, read-bw, send-bw), as in perftest, whose latency tests refuse it"},
 	{"b", "bidirectional", "perftest's -b/--bidirectional applies to the bandwidth tests only (write-bw, read-bw, send-bw), as in perftest, whose latency tests do not take it"},
 	{"", "report-both", "perftest's --report-both (each side's own figures after -b's sums) is not supported: run each direction alone, without -b, for its own figures"},

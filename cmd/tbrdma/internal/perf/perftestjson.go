@@ -76,10 +76,17 @@ func writeJSONInfo(w io.Writer, t *TestInfo) {
 	fmt.Fprintf(w, "\"rdma_cm_QPs\": %q,\n\"Use_ROCm_memory\": \"OFF\",\n\"Data_ex_method\": %q\n},\n", cm, ex)
 }
 
-// WriteLatJSON writes perftest's --out_json report of a latency row.
+// WriteLatJSON writes perftest's --out_json report of a latency row (in
+// duration mode: MsgSize, n_iterations, t_avg and tps_average, as
+// perftest's write_report_lat_duration_to_file).
 func WriteLatJSON(w io.Writer, t *TestInfo, s LatStats) error {
 	fmt.Fprintf(w, "{\n")
 	writeJSONInfo(w, t)
+	if s.Timed {
+		_, err := fmt.Fprintf(w, "\"results\": {\n\"MsgSize\": %d,\n\"n_iterations\": %d,\n\"t_avg\": %.2f,\n\"tps_average\": %.2f\n}\n}\n",
+			s.Size, s.Iters, s.Avg, s.TPS)
+		return err
+	}
 	_, err := fmt.Fprintf(w, "\"results\": {\n\"MsgSize\": %d,\n\"n_iterations\": %d,\n\"t_min\": %.2f,\n\"t_max\": %.2f,\n"+
 		"\"t_typical\": %.2f,\n\"t_avg\": %.2f,\n\"t_stdev\": %.2f,\n\"percentile_99\": %.2f,\n\"percentile_99.9\": %.2f\n}\n}\n",
 		s.Size, s.Iters, s.Min, s.Max, s.Typical, s.Avg, s.Stdev, s.P99, s.P999)

@@ -186,8 +186,16 @@ func PrintBWGbits(w io.Writer, r BWReport) {
 	PrintBW(w, r)
 }
 
-// PrintLat writes one latency row.
+// LatDurHeader is the latency table's header in duration mode (-D).
+const LatDurHeader = " #bytes        #iterations       t_avg[usec]    tps average"
+
+// PrintLat writes one latency row (in duration mode: bytes, iterations,
+// average and transactions per second).
 func PrintLat(w io.Writer, s LatStats) {
+	if s.Timed {
+		fmt.Fprintf(w, " %-7d       %d            %-7.2f        %-7.2f\n", s.Size, s.Iters, s.Avg, s.TPS)
+		return
+	}
 	fmt.Fprintf(w, " %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f\n",
 		s.Size, s.Iters, s.Min, s.Max, s.Typical, s.Avg, s.Stdev, s.P99, s.P999)
 }

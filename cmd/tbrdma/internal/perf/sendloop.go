@@ -116,13 +116,17 @@ func (l *Loop) received(wc *verbs.WC, now time.Time) error {
 // SendLat is perftest's run_iter_lat_send for one size, once PostRecvs
 // has posted its receives: the client sends first; then each side waits
 // for the peer's message before sending its next one. The post times make
-// the statistics (half the round trip).
+// the statistics (half the round trip). With Timed it runs for a time
+// (sendLatTimed).
 func (l *Loop) SendLat(ctx context.Context, size int) (LatStats, error) {
+	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled | l.inline(size), SGList: []verbs.SGE{l.MR.SGE(0, size)}}
+	l.addressUD(&wr, 0)
+	if l.Timed != nil {
+		return l.sendLatTimed(ctx, wr, size)
+	}
 	n := l.Iters
 	client := !l.Server
 	posted := make([]time.Time, n)
-	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled | l.inline(size), SGList: []verbs.SGE{l.MR.SGE(0, size)}}
-	l.addressUD(&wr, 0)
 	l.sent = 0
 	ctx, seen, stop := watchSilence(ctx, peerSilence)
 	defer stop()

@@ -16,6 +16,11 @@ type LatStats struct {
 	// them); Sorted are the ones the figures keep, in ascending order
 	// (-H prints them). Same unit as the figures.
 	Samples, Sorted []float64
+	// Timed marks a duration mode report (DurationLatency): Iters and Avg
+	// are the window's, TPS its transactions per second, and the other
+	// figures are 0.
+	Timed bool
+	TPS   float64
 }
 
 // latTail is perftest's LAT_MEASURE_TAIL: the largest samples dropped.

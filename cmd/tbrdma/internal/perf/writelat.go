@@ -15,12 +15,15 @@ import (
 // byte holding its iteration count (mod 256), and spins on the last byte
 // of its own second half for the peer's count before writing again. The
 // server writes first. The post times make the statistics (half the
-// round trip).
+// round trip). With Timed it runs for a time (writeLatTimed).
 func (l *Loop) WriteLat(ctx context.Context, rem Dest, size int) (LatStats, error) {
-	n := l.Iters
-	posted := make([]time.Time, n)
 	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled | l.inline(size), SGList: []verbs.SGE{l.MR.SGE(0, size)},
 		RemoteAddr: rem.VAddr, RKey: verbs.RKey(rem.RKey)}
+	if l.Timed != nil {
+		return l.writeLatTimed(ctx, wr, size)
+	}
+	n := l.Iters
+	posted := make([]time.Time, n)
 	poll := l.Half + size - 1
 	ctx, seen, stop := watchSilence(ctx, peerSilence)
 	defer stop()
