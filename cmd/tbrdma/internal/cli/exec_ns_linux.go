@@ -90,6 +90,13 @@ func runInView(o *execOptions, path string, env []string) (code int, ran bool) {
 	// one process.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	// Signals are caught from before the program starts: one sent as soon
+	// as it runs (it may say "ready" before supervise is reached) is then
+	// forwarded, not fatal to tbrdma. Stopped again on every return, the
+	// fallback to a plain exec included.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
 	pid, err := startViewHelper(path, o.Argv, env, userns)
 	if err != nil {
 		if mode == nsOn {
@@ -99,7 +106,7 @@ func runInView(o *execOptions, path string, env []string) (code int, ran bool) {
 		fmt.Fprint(o.IO.ErrOut, viewNote(o.Argv[0], err.Error()))
 		return 0, false
 	}
-	return supervise(pid), true
+	return supervise(pid, sigs), true
 }
 
 // viewNote is the one line exec prints when it runs a program without the
@@ -223,16 +230,14 @@ func startViewHelper(path string, argv, env []string, userns bool) (int, error) 
 var forwarded = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM,
 	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM}
 
-// supervise waits for the program, forwarding signals, and returns its
-// exit status; a program killed by a signal kills tbrdma the same way.
+// supervise waits for the program, forwarding the signals sigs receives
+// (signal.Notify of forwarded), and returns its exit status; a program
+// killed by a signal kills tbrdma the same way.
 // SIGINT and SIGQUIT are not forwarded while tbrdma's process group (the
 // program's too) is the terminal's foreground group: the terminal has
 // sent them to both, and a second ^C makes mpirun, for one, give up its
 // orderly abort.
-func supervise(pid int) int {
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
+func supervise(pid int, sigs <-chan os.Signal) int {
 	type result struct {
 		ws  syscall.WaitStatus
 		err error
