@@ -432,6 +432,9 @@ type perftest struct {
 	// shared: dev is "tbrdma serve"'s; close releases only the run's QP,
 	// MR and channel.
 	shared bool
+	// leaveWait ends this session's say in serve's device wait
+	// (serve_wait.go); nil for a dedicated test.
+	leaveWait func()
 }
 
 // human returns where perftest's text goes: stdout, or with --json or
@@ -640,6 +643,7 @@ func (t *perftest) openExchange(ctx context.Context) (_ *perf.Comm, done func(),
 		// offers: take what the client agreed to.
 		t.peerWindow = o.served.comm.PeerWindow
 		t.seg = o.served.comm.PeerSegment
+		t.leaveWait = o.served.wait.join(t.servedWaitKind())
 		return o.served.comm, done, nil
 	}
 	comm := perf.NewComm(conn, o.Peer == "")
@@ -1018,7 +1022,7 @@ func (t *perftest) setup(dev *verbs.Context) error {
 		// dedicated server does and holds the loop polling meanwhile.
 		t.w.Spin = perf.BusySpin
 		t.w.Ctx = dev
-	case t.shared: // serve's bandwidth sessions: the device's own wait
+	case t.shared: // serve's bandwidth sessions: the device's wait (serve_wait.go)
 	case !o.Kind.bw: // latency tests: busy-poll the CQ and the socket, as perftest polls
 		t.w.Spin = perf.BusySpin
 		t.w.Ctx = dev
@@ -1200,6 +1204,9 @@ func (t *perftest) connect(qp *verbs.QP, my, rem perf.Dest) error {
 
 func (t *perftest) close() {
 	if t.shared {
+		if t.leaveWait != nil {
+			defer t.leaveWait() // once its QPs are gone
+		}
 		for _, qp := range t.qps {
 			qp.Close()
 		}

@@ -167,12 +167,17 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	waits := make(map[*verbs.Context]*serveWait, len(devs))
 	for _, d := range devs {
 		// A served device's receive loop polls its socket for a moment
 		// after each packet, as a dedicated latency server's does, so
 		// that the sessions that spin on their CQs (the latency tests)
-		// are answered as fast; an idle serve polls nothing.
+		// are answered as fast; an idle serve polls nothing. While only
+		// bandwidth sessions that a dedicated server runs with the
+		// kernel wait are under way, it waits in the kernel instead
+		// (serve_wait.go).
 		hooks.Of(d).SetBusyPoll(perf.BusyPollWindow)
+		waits[d] = newServeWait(hooks.Of(d), log)
 		// Large segments for the clients that offer them (serve_oob.go), as
 		// far as the link carries them; QPs that do not agree on them (every
 		// stock peer's) keep the path MTU.
@@ -249,7 +254,7 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		} else {
 			ports.oob = uint16(ln.Addr().(*net.TCPAddr).Port)
 			fmt.Fprintf(log, "tbrdma serve: listening on %v port %d (TCP, pingpong and perftest clients)\n", a, ports.oob)
-			s := &oobServer{dev: d, log: log, now: o.Now}
+			s := &oobServer{dev: d, wait: waits[d], log: log, now: o.Now}
 			done.Go(func() {
 				if err := serveOOB(ctx, ln, func(net.Conn) (*oobServer, error) { return s, nil }, log); err != nil {
 					oobErrs[0] = err
@@ -269,7 +274,7 @@ func runServe(ctx context.Context, o *serveOptions) error {
 			var names []string
 			for _, d := range devs {
 				a := d.LocalAddr().Addr().Unmap().WithZone("")
-				servers[a] = &oobServer{dev: d, log: log, now: o.Now}
+				servers[a] = &oobServer{dev: d, wait: waits[d], log: log, now: o.Now}
 				names = append(names, a.String())
 			}
 			ports.oob = uint16(ln.Addr().(*net.TCPAddr).Port)

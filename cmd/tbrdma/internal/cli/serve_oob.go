@@ -250,6 +250,7 @@ type servedTest struct {
 	conn net.Conn
 	comm *perf.Comm
 	dev  *verbs.Context
+	wait *serveWait
 }
 
 // prefixConn is a connection whose first bytes were already read.
@@ -263,9 +264,10 @@ func (p *prefixConn) Read(b []byte) (int, error) { return p.r.Read(b) }
 // oobServer hosts the tests on one served device. Clients run at the same
 // time, each with a PD, CQ, QP and MR of its own on the shared device.
 type oobServer struct {
-	dev *verbs.Context
-	log io.Writer
-	now func() time.Time
+	dev  *verbs.Context
+	wait *serveWait // dev's receive-loop wait, from its perftest sessions
+	log  io.Writer
+	now  func() time.Time
 }
 
 // serveOOB accepts clients on ln until ctx ends, each in its own
@@ -373,7 +375,7 @@ func (s *oobServer) perftest(ctx context.Context, c net.Conn, say func(string, .
 	}
 	test := o.Kind.name
 	o.IO, o.Now = s.testIO(), s.now
-	o.served = &servedTest{conn: c, comm: comm, dev: s.dev}
+	o.served = &servedTest{conn: c, comm: comm, dev: s.dev, wait: s.wait}
 	size := strconv.Itoa(o.Size) + " bytes"
 	if o.All {
 		size = "sizes 2.." + strconv.Itoa(1<<maxSizePow)
