@@ -9,8 +9,8 @@
 # 1 MiB bandwidth; udp rdm = udp;ofi_rxd 64 B one-way latency) on it, then the
 # tbrdma perftest commands (write-bw 64 KiB and 1 MiB, read-lat, write-lat,
 # send-lat), then the loss section (issue 18: nftables drops 0.1, 1 and 5 % of
-# the packets each namespace sends, the same for iperf3 TCP and write-bw 64 KiB
-# and 1 MiB; needs nft, Debian: nftables), and prints the issue's ratios with the raw figures as a table
+# the packets each namespace sends, then of those it receives, the same for
+# iperf3 TCP and write-bw 64 KiB and 1 MiB; needs nft, Debian: nftables), and prints the issue's ratios with the raw figures as a table
 # (stdout) and as JSON. Progress goes to stderr. Needs root (netns, veth),
 # iperf3, sockperf, taskset, ss, python3 and Go (or TBRDMA_BIN); fi_pingpong
 # (Debian: libfabric-bin) is optional: without it, or if it fails in every
@@ -39,7 +39,7 @@
 #   FI_TCP_ITERS  -I of fi_pingpong tcp msg 1 MiB  (default 300, as the anchors)
 #   FI_RXD_ITERS  -I of fi_pingpong udp rdm 64 B   (default 2000, as the anchors)
 #   SKIP          any of: iperf sockperf libfabric tbrdma cabi engines stream serve loss
-#   LOSS_ITERS    -n of the loss section's write-bw 64 KiB / 1 MiB (default 3000 / 150)
+#   LOSS_ITERS    -n of the loss section's write-bw 64 KiB / 1 MiB (default 10000 / 600)
 #   STREAM_BYTES  bytes of each stream/TCP io.Copy   (default 1 GiB)
 #   BENCH_NS_A/_B, BENCH_VETH_A/_B  other namespace and temporary veth names
 #                 (default tbbench-a/-b, tbbnchA/B), for two runs side by side
@@ -58,7 +58,7 @@ BENCH_OUT=${BENCH_OUT:-$HERE/results.json}
 REPS=${REPS:-3}
 WB_SECS=${WB_SECS:-5}
 LAT_ITERS=${LAT_ITERS:-5000}
-LOSS_ITERS=${LOSS_ITERS:-3000/150}
+LOSS_ITERS=${LOSS_ITERS:-10000/600}
 CPU_CLI=${CPU_CLI:-0}
 CPU_SRV=${CPU_SRV:-1}
 QUIET_WAIT=${QUIET_WAIT:-60}
@@ -251,33 +251,41 @@ EOF
 }
 
 # ------------------------------------------------------------------ loss (issue 18)
-# loss_set N : both namespaces drop N per mille of the packets they send to
-# the other (nftables, output hook, at random); 0 removes the rule
+# loss_set N [HOOK] : both namespaces drop N per mille of the packets (at
+# random, nftables) they send to the other (HOOK output, the default: the
+# sender's kernel refuses the datagram or segment, and both TCP and tbrdma
+# learn of it at once) or receive from it (HOOK input: as on a lossy wire,
+# the sender learns of it only from its peer); 0 removes the rule
 loss_set() {
-  local n=$1 ns peer
+  local n=$1 hook=${2:-output} ns peer dir
   for ns in $NS_A $NS_B; do
     peer=$IP_B; [ $ns = $NS_B ] && peer=$IP_A
+    dir=daddr; [ "$hook" = input ] && dir=saddr
     ip netns exec $ns nft delete table inet tbbench_loss 2>/dev/null
     [ "$n" -gt 0 ] || continue
     ip netns exec $ns nft add table inet tbbench_loss &&
-      ip netns exec $ns nft 'add chain inet tbbench_loss out { type filter hook output priority 0; }' &&
-      ip netns exec $ns nft "add rule inet tbbench_loss out ip daddr $peer numgen random mod 1000 < $n drop" ||
+      ip netns exec $ns nft "add chain inet tbbench_loss c { type filter hook $hook priority 0; }" &&
+      ip netns exec $ns nft "add rule inet tbbench_loss c ip $dir $peer numgen random mod 1000 < $n drop" ||
       return 1
   done
 }
 # loss_section : iperf3 TCP and write-bw 64 KiB / 1 MiB (new and, with
-# TBRDMA_OLD_BIN, old) at 0.1, 1 and 5 % loss in both directions; only
-# SKIP=loss leaves it out
+# TBRDMA_OLD_BIN, old) at 0.1, 1 and 5 % loss in both directions, dropped
+# on output (keys loss*, the issue's method) and on input (keys wloss*);
+# only SKIP=loss leaves it out
 loss_section() {
-  local n i64=${LOSS_ITERS%/*} i1m=${LOSS_ITERS#*/}
+  local n hook pre i64=${LOSS_ITERS%/*} i1m=${LOSS_ITERS#*/}
   command -v nft >/dev/null || { fail loss "nft not found: install nftables (Debian: apt-get install nftables) or SKIP=loss"; return; }
-  for n in 1 10 50; do
-    loss_set $n || { fail loss "cannot set the nftables drop rule ($n per mille)"; loss_set 0; return; }
-    measure iperf tcp iperf3_tcp_loss$n
-    measure tb_bw loss${n}_write_bw_64KiB 65536 "$i64"
-    old measure tb_bw old_loss${n}_write_bw_64KiB 65536 "$i64"
-    measure tb_bw loss${n}_write_bw_1MiB 1048576 "$i1m"
-    old measure tb_bw old_loss${n}_write_bw_1MiB 1048576 "$i1m"
+  for hook in output input; do
+    pre=loss; [ $hook = input ] && pre=wloss
+    for n in 1 10 50; do
+      loss_set $n $hook || { fail loss "cannot set the nftables drop rule ($n per mille, $hook)"; loss_set 0; return; }
+      measure iperf tcp iperf3_tcp_$pre$n
+      measure tb_bw $pre${n}_write_bw_64KiB 65536 "$i64"
+      old measure tb_bw old_$pre${n}_write_bw_64KiB 65536 "$i64"
+      measure tb_bw $pre${n}_write_bw_1MiB 1048576 "$i1m"
+      old measure tb_bw old_$pre${n}_write_bw_1MiB 1048576 "$i1m"
+    done
   done
   loss_set 0
 }
@@ -771,10 +779,14 @@ R = [
     ('serve / dedicated: write-lat 64 B t_typical', 'serve_write_lat_64B.t_typical', 'write_lat_64B.t_typical', '<=', 1.05, ''),
     ('serve / dedicated: send-lat 64 B busy-poll t_typical', 'serve_send_lat_64B_poll.t_typical', 'send_lat_64B_poll.t_typical', '<=', 1.05, ''),
     # loss (issue 18): nftables drops in both directions, the same for TCP and tbrdma
-] + [(('OLD ' if pre else '') + f'write-bw {sn} / iperf3 TCP at {pct} loss', f'{pre}loss{n}_write_bw_{sz}.bw', f'iperf3_tcp_loss{n}.recv',
+] + [(('OLD ' if pre else '') + f'write-bw {sn} / iperf3 TCP at {pct} loss' + (' (on input)' if w else ''),
+      f'{pre}{w}loss{n}_write_bw_{sz}.bw', f'iperf3_tcp_{w}loss{n}.recv',
       None if pre else '>=', None if pre else 1.0,
-      ('TBRDMA_OLD_BIN; ' if pre else '') + f'nft drops {n} per mille of the packets each namespace sends (TCP segments and UDP GSO batches alike)')
-     for pre in ('', 'old_') for n, pct in ((1, '0.1 %'), (10, '1 %'), (50, '5 %')) for sz, sn in (('64KiB', '64 KiB'), ('1MiB', '1 MiB'))] + [
+      ('TBRDMA_OLD_BIN; ' if pre else '') + f'nft drops {n} per mille of the packets each namespace ' +
+      ('receives from the other (the sender learns of it only from its peer, as on a lossy wire)' if w else
+       'sends (TCP segments and UDP GSO batches alike; the sender is told at once)'))
+     for w in ('', 'w') for pre in ('', 'old_') for n, pct in ((1, '0.1 %'), (10, '1 %'), (50, '5 %'))
+     for sz, sn in (('64KiB', '64 KiB'), ('1MiB', '1 MiB'))] + [
     # the older binary (TBRDMA_OLD_BIN), same run
     ('OLD write-bw 1 MiB / iperf3 UDP 65000 B received', 'old_write_bw_1MiB.bw', 'iperf3_udp65000.recv', None, None, 'TBRDMA_OLD_BIN'),
     ('OLD read-lat 64 B event t_typical / sockperf blocking p50 RTT', 'old_read_lat_64B_event.t_typical',

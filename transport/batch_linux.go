@@ -544,7 +544,7 @@ func (c *udpConn) writeBatch(msgs []Message) (int, error) {
 					break
 				}
 				done += sent
-				return done, fmt.Errorf("transport: %w", os.NewSyscallError("sendmmsg", w.err))
+				return done, &RefusedError{Packets: max(w.segs[i], 1), Err: os.NewSyscallError("sendmmsg", w.err)}
 			}
 			for _, k := range w.segs[i : i+w.sent] {
 				sent += k

@@ -52,5 +52,23 @@ func (e *OffloadError) Unwrap() error { return e.Err }
 
 var errDisabledByOption = errors.New("turned off by Options")
 
+// RefusedError is WriteBatch's error when the system refused one datagram
+// of the batch (a firewall rule that drops it on output, which UDP reports
+// as EPERM; a route that cannot take it): the message at the count
+// WriteBatch returned, and with UDP GSO the Packets-1 after it that shared
+// its datagram, were not sent, as if lost on the link. The messages after
+// them were not tried; the caller may go on with them.
+type RefusedError struct {
+	Packets int   // messages the refused datagram carried, at least 1
+	Err     error // the system's error
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("transport: a datagram of %d packets was refused: %v", e.Packets, e.Err)
+}
+
+// Unwrap returns the system's error.
+func (e *RefusedError) Unwrap() error { return e.Err }
+
 // errNotSupportedOnOS reports a feature this operating system lacks.
 var errNotSupportedOnOS = fmt.Errorf("%w on %s", ErrNotSupported, runtime.GOOS)

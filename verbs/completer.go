@@ -28,7 +28,7 @@ func (qp *QP) complete(pkt *wire.Packet, now time.Time) {
 	}
 	switch op {
 	case wire.Acknowledge:
-		qp.handleAck(psn, pkt.AETH.Syndrome(), now)
+		qp.handleAck(psn, pkt.AETH, now)
 	case wire.AtomicAcknowledge:
 		if !pkt.AETH.Syndrome().IsACK() {
 			qp.fail(WCBadRespErr, now)
@@ -93,6 +93,8 @@ func (qp *QP) progress(now time.Time) {
 	} else if t := qp.ackTimeout(); t > 0 {
 		qp.req.retxAt = now.Add(t)
 	}
+	qp.req.probes = 0
+	qp.armProbe(now)
 }
 
 // ackThrough completes every SEND/WRITE WQE whose last PSN is at or before
@@ -135,8 +137,9 @@ func (qp *QP) ackThrough(p PSN, now time.Time) (lostResponse bool) {
 	return lostResponse
 }
 
-func (qp *QP) handleAck(p PSN, syn wire.Syndrome, now time.Time) {
+func (qp *QP) handleAck(p PSN, aeth wire.AETH, now time.Time) {
 	c := qp.ctx
+	syn := aeth.Syndrome()
 	switch syn.Type() {
 	case wire.SynACK:
 		if qp.ackThrough(p, now) {
@@ -159,6 +162,10 @@ func (qp *QP) handleAck(p PSN, syn wire.Syndrome, now time.Time) {
 		qp.rewindTo(p)
 	case wire.SynNAK:
 		c.ctr.naksRcvd[nakKindOf(syn)].Add(1)
+		if syn.NAK() == wire.NAKPSNSeqError && qp.sr {
+			qp.gapNAK(p, PSN(aeth.MSN()), now)
+			return
+		}
 		if syn.NAK() == wire.NAKPSNSeqError {
 			qp.ackThrough(p.Add(-1), now)
 			if qp.req.inRetry {

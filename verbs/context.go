@@ -610,11 +610,20 @@ func (c *Context) flush() {
 		}
 		for off := 0; off < len(batch); {
 			n, err := c.conn.WriteBatch(batch[off:])
-			if err != nil {
-				c.log.Debug("send failed", "err", err, "packets", len(batch)-off)
-				break
-			}
 			off += n
+			if err == nil {
+				continue
+			}
+			if k := refusedPackets(err); k > 0 {
+				// One datagram is lost, as on the link; the packets
+				// after it still go (a firewall that drops one
+				// datagram used to lose the whole rest of the batch).
+				c.log.Debug("datagram refused", "err", err, "packets", k)
+				off += k
+				continue
+			}
+			c.log.Debug("send failed", "err", err, "packets", len(batch)-off)
+			break
 		}
 		c.ctr.packetsQueuedOut.Add(uint64(len(batch)))
 		for i := range batch {
@@ -623,6 +632,16 @@ func (c *Context) flush() {
 		}
 		c.spare = batch[:0]
 	}
+}
+
+// refusedPackets returns how many packets the datagram that err says the
+// system refused carried (transport.RefusedError), or 0.
+func refusedPackets(err error) int {
+	var refused *transport.RefusedError
+	if errors.As(err, &refused) {
+		return max(refused.Packets, 1)
+	}
+	return 0
 }
 
 func (c *Context) recvLoop() {

@@ -121,7 +121,8 @@ type Counters struct {
 	MADsIn, MADsOut uint64
 
 	// Requester.
-	Retransmits     uint64 // packets sent again (go-back-N after a NAK, a timeout or a lost response)
+	Retransmits     uint64 // packets sent again (go-back-N after a NAK, a timeout or a lost response; a gap or probe with selective retransmission)
+	Probes          uint64 // tail-loss probes (selective retransmission: no ACK for a while)
 	Timeouts        uint64 // retransmit timer expiries
 	RetryExcErrs    uint64 // work requests completed with RETRY_EXC_ERR (peer silent for retry_cnt+1 timeouts)
 	RNRRetryExcErrs uint64 // work requests completed with RNR_RETRY_EXC_ERR
@@ -131,6 +132,7 @@ type Counters struct {
 	// Responder.
 	RequestsExecuted uint64 // request messages executed: SEND and WRITE placed, READ and atomic answered (never a duplicate)
 	DupRequests      uint64 // requests with a PSN already executed: re-ACKed or replayed, never executed again
+	Held             uint64 // request packets kept past a gap until it was filled (selective retransmission)
 	RNRNAKsSent      uint64
 	NAKsSent         [NumNAKKinds]uint64
 
@@ -177,9 +179,9 @@ func (c *Counters) Fields() []CounterField {
 		{"packets_in", c.PacketsIn}, {"packets_out", c.PacketsOut},
 		{"bytes_in", c.BytesIn}, {"bytes_out", c.BytesOut},
 		{"mads_in", c.MADsIn}, {"mads_out", c.MADsOut},
-		{"retransmits", c.Retransmits}, {"timeouts", c.Timeouts},
+		{"retransmits", c.Retransmits}, {"probes", c.Probes}, {"timeouts", c.Timeouts},
 		{"retry_exc_errs", c.RetryExcErrs}, {"rnr_retry_exc_errs", c.RNRRetryExcErrs},
-		{"requests_executed", c.RequestsExecuted}, {"dup_requests", c.DupRequests},
+		{"requests_executed", c.RequestsExecuted}, {"dup_requests", c.DupRequests}, {"held", c.Held},
 		{"rnr_naks_sent", c.RNRNAKsSent}, {"rnr_naks_rcvd", c.RNRNAKsRcvd},
 	}
 	for k := range NumNAKKinds {
@@ -201,6 +203,8 @@ func (c *Counters) Fields() []CounterField {
 type counters struct {
 	madsIn, madsOut  atomic.Uint64
 	retransmits      atomic.Uint64
+	probes           atomic.Uint64
+	held             atomic.Uint64
 	timeouts         atomic.Uint64
 	retryExc         atomic.Uint64
 	rnrRetryExc      atomic.Uint64
@@ -225,7 +229,8 @@ func (c *Context) Counters() Counters {
 	k := &c.ctr
 	s := Counters{
 		MADsIn: k.madsIn.Load(), MADsOut: k.madsOut.Load(),
-		Retransmits: k.retransmits.Load(), Timeouts: k.timeouts.Load(),
+		Retransmits: k.retransmits.Load(), Probes: k.probes.Load(), Timeouts: k.timeouts.Load(),
+		Held:         k.held.Load(),
 		RetryExcErrs: k.retryExc.Load(), RNRRetryExcErrs: k.rnrRetryExc.Load(),
 		RNRNAKsRcvd: k.rnrNAKsRcvd.Load(), RequestsExecuted: k.executed.Load(),
 		DupRequests: k.dupRequests.Load(), RNRNAKsSent: k.rnrNAKsSent.Load(),

@@ -133,14 +133,7 @@ func exerciseRC(t *testing.T, p *verbstest.Pair, sizes []int) {
 func TestRCUnderFaults(t *testing.T) {
 	for _, loss := range []float64{0.01, 0.05, 0.20} {
 		t.Run(fmt.Sprintf("loss=%g", loss), func(t *testing.T) {
-			both := transporttest.Faults{Duplicate: loss / 2, Corrupt: loss / 4, Reorder: loss, ReorderAfter: 3,
-				ReorderDelay: 200 * time.Microsecond}
-			p, n := memPair(t, uint64(loss*1000), both, verbstest.Options{BufSize: 256 << 10, PathMTU: verbs.MTU1024, Timeout: 14})
-			req, resp := both, both
-			req.Loss, resp.Loss = loss, loss/4
-			la, lb := p.A.Ctx.LocalAddr(), p.B.Ctx.LocalAddr()
-			n.SetDirFaults(transporttest.Dir{From: la, To: lb}, req)
-			n.SetDirFaults(transporttest.Dir{From: lb, To: la}, resp)
+			p, n := faultyPair(t, loss, memPair)
 			exerciseRC(t, p, []int{1, 5000, 256 << 10})
 			st := n.Stats()
 			t.Logf("network: sent %d lost %d duplicated %d corrupted %d reordered %d; requester timeouts %d retransmits %d",
@@ -171,6 +164,20 @@ func TestRCUnderFaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// faultyPair connects a pair with pair (memPair, srPair) over a link with
+// TestRCUnderFaults's faults at loss rate loss.
+func faultyPair(t *testing.T, loss float64, pair func(testing.TB, uint64, transporttest.Faults, verbstest.Options) (*verbstest.Pair, *transporttest.Network)) (*verbstest.Pair, *transporttest.Network) {
+	both := transporttest.Faults{Duplicate: loss / 2, Corrupt: loss / 4, Reorder: loss, ReorderAfter: 3,
+		ReorderDelay: 200 * time.Microsecond}
+	p, n := pair(t, uint64(loss*1000), both, verbstest.Options{BufSize: 256 << 10, PathMTU: verbs.MTU1024, Timeout: 14})
+	req, resp := both, both
+	req.Loss, resp.Loss = loss, loss/4
+	la, lb := p.A.Ctx.LocalAddr(), p.B.Ctx.LocalAddr()
+	n.SetDirFaults(transporttest.Dir{From: la, To: lb}, req)
+	n.SetDirFaults(transporttest.Dir{From: lb, To: la}, resp)
+	return p, n
 }
 
 // TestRetryExhaustion: a peer that never answers ends in RETRY_EXC_ERR after

@@ -31,7 +31,17 @@ const maxSeqPackets = 6
 // the expected PSN is ACKed and placed — unless the last packet that moved
 // the expected PSN was the first or middle packet of a message, when the
 // SEND must be refused with NAK-invalid request.
-func FuzzResponderSequence(f *testing.F) {
+func FuzzResponderSequence(f *testing.F) { fuzzSequence(f, false) }
+
+// FuzzResponderSequenceSR is FuzzResponderSequence against a victim with
+// selective retransmission (a tbrdma peer that agreed to it): packets past
+// a gap are held and executed once the gap is filled. The checks are the
+// same, taken after the held packets are dropped (SetSelectiveRetransmit
+// false); the packet that last moved the expected PSN is the one whose PSN
+// is just before it, which may have been held.
+func FuzzResponderSequenceSR(f *testing.F) { fuzzSequence(f, true) }
+
+func fuzzSequence(f *testing.F, sr bool) {
 	for _, s := range sequenceSeeds() {
 		f.Add(s)
 	}
@@ -40,7 +50,7 @@ func FuzzResponderSequence(f *testing.F) {
 		if len(pkts) == 0 {
 			t.Skip("no packet of a BTH or more in the input")
 		}
-		synctest.Test(t, func(t *testing.T) { fuzzSequenceOnce(t, pkts) })
+		synctest.Test(t, func(t *testing.T) { fuzzSequenceOnce(t, pkts, sr) })
 	})
 }
 
@@ -71,9 +81,17 @@ func joinSequence(pkts ...[]byte) []byte {
 	return b
 }
 
-func fuzzSequenceOnce(t *testing.T, pkts [][]byte) {
+func fuzzSequenceOnce(t *testing.T, pkts [][]byte, sr bool) {
 	e := newHostileEnvRecv(t, verbs.QPTypeRC, verbs.MTU1024, seqRecvLen)
 	defer e.close()
+	if sr {
+		mustOK(t, e.qp.SetSelectiveRetransmit(true))
+	}
+	type sent struct {
+		psn verbs.PSN
+		op  wire.Opcode
+	}
+	var seen []sent
 	target := e.qp.QPN()
 	before := bytes.Clone(e.arena)
 
@@ -92,11 +110,25 @@ func fuzzSequenceOnce(t *testing.T, pkts [][]byte) {
 			wrote = true
 		}
 		psn := e.qp.Query().RQPSN
+		seen = append(seen, sent{wire.BTH(pkt[:wire.BTHSize]).PSN(), op})
 		e.send(t, e.peer, pkt)
 		synctest.Wait()
-		if e.qp.Query().RQPSN != psn {
+		if now := e.qp.Query().RQPSN; now != psn {
 			lastMoved, moved = op, true
+			if sr && seen[len(seen)-1].psn != now.Add(-1) {
+				// held packets were executed after this one
+				for _, s := range seen {
+					if s.psn == now.Add(-1) {
+						lastMoved = s.op
+						break
+					}
+				}
+			}
 		}
+	}
+	if sr {
+		mustOK(t, e.qp.SetSelectiveRetransmit(false))
+		synctest.Wait()
 	}
 
 	what := fmt.Sprintf("sequence %v (last PSN mover %v)", ops, lastMoved)
@@ -142,5 +174,10 @@ func sequenceSeeds() [][]byte {
 		joinSequence(pkt(wire.SendFirst, p, 1024, nil), pkt(wire.SendMiddle, p+5, 1024, nil), pkt(wire.SendMiddle, p+1, 1024, nil), pkt(wire.SendLast, p+2, 100, nil)),
 		joinSequence(pkt(wire.SendFirst, p, 1024, nil), pkt(wire.SendFirst, p+1, 1024, nil)),
 		joinSequence(pkt(wire.SendOnly, p, 16, nil), pkt(wire.SendOnly, p+1, 16, nil), pkt(wire.SendOnly, p, 16, nil)),
+		// out of order: held past the gap by a responder with selective retransmission
+		joinSequence(pkt(wire.SendLast, p+2, 100, nil), pkt(wire.SendMiddle, p+1, 1024, nil), pkt(wire.SendFirst, p, 1024, nil)),
+		joinSequence(pkt(wire.WriteLast, p+2, 16, nil), pkt(wire.WriteFirst, p, 1024, reth(page, 1, 2064)), pkt(wire.WriteMiddle, p+1, 1024, nil)),
+		joinSequence(pkt(wire.FetchAdd, p+1, 0, atomic(page+8)), pkt(wire.ReadRequest, p+2, 0, reth(page, 1, 3000)), pkt(wire.SendOnly, p, 16, nil)),
+		joinSequence(pkt(wire.SendOnly, p+3, 16, nil), pkt(wire.SendOnly, p+3, 16, nil), pkt(wire.SendOnly, p+2000, 16, nil), pkt(wire.SendOnly, p+1, 16, nil), pkt(wire.SendOnly, p, 16, nil)),
 	}
 }

@@ -174,6 +174,8 @@ type QP struct {
 	// window is the requester's window in PSNs when SetSendWindow set
 	// one (0: maxUnackedPSNs).
 	window int
+	// sr: selective retransmission (SetSelectiveRetransmit, selective.go).
+	sr bool
 	// closed is set by Close.
 	closed bool
 
@@ -547,6 +549,8 @@ func roundPow2(n int) int {
 
 // reset empties the queues and forgets all protocol state.
 func (qp *QP) reset() {
+	qp.freeHeld()
+	qp.sr = false // a reused QP never inherits the extension
 	qp.sqHead, qp.sqNext, qp.sqTail = 0, 0, 0
 	qp.rqHead, qp.rqTail = 0, 0
 	qp.req = requester{}
@@ -785,7 +789,8 @@ func (qp *QP) enterError(now time.Time) {
 		return
 	}
 	qp.state = QPStateErr
-	qp.req.retxAt, qp.req.rnrAt = time.Time{}, time.Time{}
+	qp.req.retxAt, qp.req.rnrAt, qp.req.probeAt = time.Time{}, time.Time{}, time.Time{}
+	qp.freeHeld()
 	qp.stopTimer()
 	if qp.rsp.inRecv {
 		qp.rsp.inRecv = false
@@ -906,9 +911,12 @@ func (qp *QP) receive(pkt *wire.Packet, from netip.AddrPort, ipID uint16, now ti
 				qp.ctx.ctr.drop(DropState)
 				break
 			}
-			if qp.typ == QPTypeRC {
+			switch {
+			case qp.typ == QPTypeRC && qp.sr:
+				qp.respondSR(pkt, now)
+			case qp.typ == QPTypeRC:
 				qp.respondRC(pkt, now)
-			} else {
+			default:
 				qp.respondUC(pkt, now)
 			}
 		} else {

@@ -57,7 +57,7 @@ func (qp *QP) unackedLimit() int32 {
 // whole window, and a wide window costs more per loss than it gains (the
 // figures are in docs/performance.md). The wide window is for a clean
 // link, which Thunderbolt is; a link that loses gets rxe's.
-func (qp *QP) lossSeen() { qp.req.lossy = true }
+func (qp *QP) lossSeen() { qp.req.lossy = !qp.sr }
 
 // SetSendWindow sets how many packets an RC QP's requester may have sent
 // and not yet seen acknowledged, n from 16 to MaxSendWindow; 0 restores
@@ -100,16 +100,25 @@ type requester struct {
 	readGap   bool // a READ response gap was re-requested; cleared by progress
 	lossy     bool // a loss was seen: SetSendWindow's window no longer applies
 	sentPSN   PSN  // one past the highest PSN sent (psn may be lower after a rewind)
+	ackNext   bool // the next packet built asks for an ACK (a resend's last)
+
+	// selective retransmission (selective.go)
+	probeAt  time.Time // tail-loss probe deadline, zero = not armed
+	probes   int       // probes sent since the last progress
+	probed   bool      // a probe went since the gap was last resent
+	gap      bool      // gapStart..gapEnd-1 is the gap resent last
+	gapStart PSN
+	gapEnd   PSN
 }
 
 func (r *requester) deadline() time.Time {
-	switch {
-	case r.rnrAt.IsZero():
-		return r.retxAt
-	case r.retxAt.IsZero() || r.rnrAt.Before(r.retxAt):
-		return r.rnrAt
+	at := r.retxAt
+	for _, t := range [...]time.Time{r.rnrAt, r.probeAt} {
+		if !t.IsZero() && (at.IsZero() || t.Before(at)) {
+			at = t
+		}
 	}
-	return r.retxAt
+	return at
 }
 
 // ackTimeout returns the local ACK timeout, or 0 when there is none.
@@ -314,7 +323,7 @@ func (qp *QP) sendData(w *sendWQE, h *wire.Headers, now time.Time) bool {
 		lim := qp.unackedLimit()
 		full := lim < maxPktsPerAck && h.BTH.PSN.Next().Diff(qp.req.compPSN) >= lim &&
 			int32(qp.req.noAckPkts) >= max(lim/2, 1)
-		if last || qp.req.noAckPkts >= maxPktsPerAck || full {
+		if last || qp.req.noAckPkts >= maxPktsPerAck || full || qp.req.ackNext {
 			h.BTH.AckReq = true
 			qp.req.noAckPkts = 0
 		}
@@ -357,6 +366,9 @@ func (qp *QP) armRetx(now time.Time) {
 		if t := qp.ackTimeout(); t > 0 {
 			qp.req.retxAt = now.Add(t)
 		}
+	}
+	if qp.sr && qp.req.probeAt.IsZero() {
+		qp.armProbe(now)
 	}
 }
 
@@ -490,6 +502,9 @@ func (qp *QP) expire(now time.Time) {
 		if t := qp.ackTimeout(); t > 0 && qp.req.compPSN != qp.req.psn {
 			qp.req.retxAt = now.Add(t)
 		}
+	}
+	if !qp.req.probeAt.IsZero() && !now.Before(qp.req.probeAt) && qp.state == QPStateRTS && qp.req.rnrAt.IsZero() {
+		qp.sendProbe(now)
 	}
 	if !qp.req.retxAt.IsZero() && !now.Before(qp.req.retxAt) {
 		qp.ctx.ctr.timeouts.Add(1)

@@ -46,6 +46,13 @@ type responder struct {
 	wOff    uint64
 	res     []rdResource
 	resNext int
+	// selective retransmission (selective.go): packets held past a gap;
+	// while deferAck is set, acceptRC notes an AckReq in ackWanted
+	// instead of answering it, so that one ACK (or the gap's NAK)
+	// answers a packet and the held ones it uncovered.
+	held      held
+	deferAck  bool
+	ackWanted bool
 }
 
 // rdResource is a saved READ (va, length, rkey) or atomic (orig: the

@@ -75,6 +75,10 @@ func (qp *QP) acceptRC(pkt *wire.Packet) {
 	psn := pkt.BTH.PSN()
 	qp.rsp.ePSN = psn.Next()
 	if pkt.BTH.AckReq() {
+		if qp.rsp.deferAck {
+			qp.rsp.ackWanted = true
+			return
+		}
 		qp.sendAck(psn, wire.SyndromeACK)
 	}
 }

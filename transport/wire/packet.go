@@ -33,6 +33,16 @@ type Packet struct {
 // Opcode returns the packet's opcode.
 func (p *Packet) Opcode() Opcode { return p.BTH.Opcode() }
 
+// Bytes returns the whole parsed packet, BTH to ICRC, as a view of the
+// buffer Parse was given (nil for the zero Packet).
+func (p *Packet) Bytes() []byte {
+	if p.BTH == nil {
+		return nil
+	}
+	n := p.BTH.Opcode().HdrLen() + len(p.Payload) + len(p.Pad) + len(p.ICRC)
+	return p.BTH[:n:n]
+}
+
 // Parse parses b, a whole UDP payload including the ICRC trailer, into p.
 // It checks the structure (transport version 0, a known RC/UC/UD opcode,
 // lengths, pad count, destination QPN not 0) but not the ICRC (see

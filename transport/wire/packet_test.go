@@ -112,6 +112,9 @@ func TestParseEveryOpcode(t *testing.T) {
 				if !bytes.Equal(p.ICRC, pkt[len(pkt)-4:]) {
 					t.Errorf("ICRC %x", p.ICRC)
 				}
+				if b := p.Bytes(); !bytes.Equal(b, pkt) || cap(b) != len(pkt) {
+					t.Errorf("Bytes() %d bytes (cap %d), want the %d-byte packet", len(b), cap(b), len(pkt))
+				}
 				views := []struct {
 					name string
 					v    []byte

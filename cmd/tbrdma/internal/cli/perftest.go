@@ -417,6 +417,7 @@ type perftest struct {
 	mtu        verbs.MTU
 	seg        int      // large-segment size agreed with the peer, 0 = the path MTU
 	peerWindow bool     // the peer is a tbrdma that made the window offer (perf.TbrdmaWindow)
+	peerSR     bool     // both ends do selective retransmission (the peer made the selective offer)
 	oob        net.Conn // the TCP exchange's connection (nil with -R)
 	info       perf.TestInfo
 	loop       *perf.Loop    // the data path, once the QP is connected
@@ -642,6 +643,7 @@ func (t *perftest) openExchange(ctx context.Context) (_ *perf.Comm, done func(),
 		// serve has exchanged the versions, with a dedicated server's
 		// offers: take what the client agreed to.
 		t.peerWindow = o.served.comm.PeerWindow
+		t.peerSR = o.served.comm.PeerSelective
 		t.seg = o.served.comm.PeerSegment
 		t.leaveWait = o.served.wait.join(t.servedWaitKind())
 		return o.served.comm, done, nil
@@ -732,6 +734,7 @@ func (t *perftest) exchangeVersions(comm *perf.Comm) error {
 		comm.OfferSegment = offer
 	}
 	comm.OfferWindow = true
+	comm.OfferSelective = true
 	server := t.o.Peer == ""
 	// A one-test server asks a tbrdma client for its test (mismatch.go).
 	comm.AskHint = server && !t.o.RDMACM
@@ -751,6 +754,7 @@ func (t *perftest) exchangeVersions(comm *perf.Comm) error {
 		_, t.peerHint, _ = parseHint(comm.Hint)
 	}
 	t.peerWindow = comm.PeerWindow
+	t.peerSR = comm.PeerSelective
 	return t.agreeSegment(offer, comm.PeerSegment)
 }
 
@@ -799,6 +803,11 @@ func (t *perftest) exchangeKeys(comm *perf.Comm) ([]perf.Dest, error) {
 		w := perf.SendWindow(len(t.qps), t.seg)
 		for _, qp := range t.qps {
 			if err := qp.SetSendWindow(w); err != nil {
+				return nil, err
+			}
+			// Both ends turn it on before the first packet of the test
+			// (the synchronisation below comes first).
+			if err := qp.SetSelectiveRetransmit(t.peerSR); err != nil {
 				return nil, err
 			}
 		}

@@ -356,9 +356,11 @@ func (s *oobServer) perftest(ctx context.Context, c net.Conn, say func(string, .
 	comm := perf.NewComm(c, true)
 	comm.AskHint = true
 	// serve makes the offers a dedicated server makes (perftest.go,
-	// exchangeVersions): the wider send window, and large segments when
-	// the device takes them (runServe); the client uses what it offered too.
+	// exchangeVersions): the wider send window with selective
+	// retransmission, and large segments when the device takes them
+	// (runServe); the client uses what it offered too.
 	comm.OfferWindow = true
+	comm.OfferSelective = true
 	comm.OfferSegment = s.dev.MaxSegmentSize()
 	if _, err := comm.ExchangeVersions(); err != nil {
 		return "perftest", err

@@ -47,6 +47,11 @@ type Comm struct {
 	// tbrdma peer (TbrdmaWindow); PeerWindow is then whether the peer said
 	// the same (a stock perftest never does).
 	OfferWindow, PeerWindow bool
+	// OfferSelective, when set with OfferWindow before ExchangeVersions,
+	// says that this end's RC QPs do selective retransmission toward a
+	// tbrdma peer that does too (verbs.QP.SetSelectiveRetransmit);
+	// PeerSelective is then whether both ends do.
+	OfferSelective, PeerSelective bool
 	// Hint is tbrdma's test hint (docs/wire-format.md): a client sets it
 	// before ExchangeVersions and sends it only when the server asks for
 	// it, which only a tbrdma server does ("tbrdma serve", and a one-test
@@ -152,9 +157,14 @@ func (c *Comm) ExchangeVersions() (string, error) {
 	copy(out, Version)
 	in := make([]byte, versionLen)
 	put := func() {
+		sr := c.OfferSelective && (c.OfferWindow || c.OfferSegment > 0)
 		switch {
-		case c.OfferSegment > 0: // implies the window offer
+		case c.OfferSegment > 0 && sr: // implies the window offer
+			copy(out[len(Version)+1:], fmt.Sprintf("%s=%d", selectiveOffer, c.OfferSegment/1024))
+		case c.OfferSegment > 0:
 			copy(out[len(Version)+1:], fmt.Sprintf("%s%d", segOffer, c.OfferSegment/1024))
+		case c.OfferWindow && sr:
+			copy(out[len(Version)+1:], selectiveOffer)
 		case c.OfferWindow:
 			copy(out[len(Version)+1:], windowOffer)
 		}
@@ -171,6 +181,9 @@ func (c *Comm) ExchangeVersions() (string, error) {
 			}
 			if !hasWindowOffer(in) {
 				c.OfferWindow = false
+			}
+			if _, _, sr := parseOffer(in); !sr {
+				c.OfferSelective = false
 			}
 			put()
 			ask := c.AskHint && hasMarker(in, hintOffer)
@@ -199,6 +212,8 @@ func (c *Comm) ExchangeVersions() (string, error) {
 		}
 	}
 	c.PeerWindow = c.OfferWindow && hasWindowOffer(in)
+	_, _, sr := parseOffer(in)
+	c.PeerSelective = c.PeerWindow && c.OfferSelective && sr
 	if i := bytes.IndexByte(in, 0); i >= 0 {
 		in = in[:i]
 	}
@@ -279,35 +294,66 @@ func SendWindow(qps, segment int) int {
 // flight at most (verbs bounds its requester so).
 const segmentBudget = 6 << 20
 
+// selectiveOffer, NUL-terminated right after the version string's NUL,
+// says what windowOffer says and that the end's RC QPs do selective
+// retransmission (docs/wire-format.md); "tbsr=N" says that and offers
+// segments of N KiB, as segOffer does.
+const selectiveOffer = "tbsr"
+
 // hasWindowOffer reports whether a version message carries the window
-// offer, or a segment offer, which implies it.
+// offer, or one that implies it (a segment or a selective offer).
 func hasWindowOffer(b []byte) bool {
-	if parseSegOffer(b) > 0 {
-		return true
-	}
-	i := bytes.IndexByte(b, 0)
-	if i < 0 {
-		return false
-	}
-	rest := b[i+1:]
-	return len(rest) > len(windowOffer) && string(rest[:len(windowOffer)]) == windowOffer && rest[len(windowOffer)] == 0
+	_, w, _ := parseOffer(b)
+	return w
 }
 
 // parseSegOffer returns the segment size in bytes offered in a version
 // message (after the version's NUL), or 0 when there is none or it is not
 // a multiple of 4 KiB from 8 KiB to 60 KiB.
 func parseSegOffer(b []byte) int {
+	seg, _, _ := parseOffer(b)
+	return seg
+}
+
+// parseOffer reads tbrdma's offer after the version string's NUL:
+// windowOffer, selectiveOffer, segOffer+N or selectiveOffer+"="+N
+// (NUL-terminated). It returns the segment size offered in bytes (0: none,
+// or not a multiple of 4 KiB from 8 KiB to 60 KiB, which voids the whole
+// offer), whether the window offer is made, and whether selective
+// retransmission is.
+func parseOffer(b []byte) (seg int, window, sr bool) {
 	i := bytes.IndexByte(b, 0)
 	if i < 0 {
-		return 0
+		return 0, false, false
 	}
-	rest, ok := bytes.CutPrefix(b[i+1:], []byte(segOffer))
+	tok := b[i+1:]
+	j := bytes.IndexByte(tok, 0)
+	if j >= 0 {
+		tok = tok[:j]
+	}
+	switch string(tok) {
+	case windowOffer, selectiveOffer:
+		if j < 0 {
+			return 0, false, false // the bare words only NUL-terminated
+		}
+		return 0, true, string(tok) == selectiveOffer
+	}
+	rest, ok := bytes.CutPrefix(tok, []byte(segOffer))
 	if !ok {
-		return 0
+		if rest, ok = bytes.CutPrefix(tok, []byte(selectiveOffer+"=")); !ok {
+			return 0, false, false
+		}
+		sr = true
 	}
-	if j := bytes.IndexByte(rest, 0); j >= 0 {
-		rest = rest[:j]
+	if seg = parseKiB(rest); seg == 0 {
+		return 0, false, false
 	}
+	return seg, true, sr
+}
+
+// parseKiB reads a segment size in KiB: 8 to 60, a multiple of 4; it
+// returns the size in bytes, or 0.
+func parseKiB(rest []byte) int {
 	if len(rest) == 0 || len(rest) > 3 {
 		return 0
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"strings"
 	"testing"
 )
 
@@ -158,6 +159,64 @@ func TestWindowOffer(t *testing.T) {
 	} {
 		if hasWindowOffer(b) {
 			t.Errorf("hasWindowOffer(%q) = true", b)
+		}
+	}
+}
+
+// The selective offer ("tbsr", "tbsr=N" with segments): two tbrdma ends
+// that both offer it agree on selective retransmission, and on the window
+// and segments as before; an end that offers only the window (or a stock
+// perftest) agrees on no selective retransmission, and a server answers a
+// client that did not offer it without it.
+func TestSelectiveOffer(t *testing.T) {
+	for _, c := range []struct {
+		name                 string
+		clientSR, serverSR   bool
+		clientSeg, serverSeg int
+		want                 bool
+		wantSeg              int
+		serverSays           string // the server's offer after its version's NUL
+	}{
+		{"both", true, true, 0, 0, true, 0, "tbsr\x00"},
+		{"both, segments", true, true, 61440, 32768, true, 32768, "tbsr=32\x00"},
+		{"client only", true, false, 0, 0, false, 0, "tbw\x00"},
+		{"server only", false, true, 0, 0, false, 0, "tbw\x00"},
+		{"server only, segments", false, true, 61440, 61440, false, 61440, "tbseg=60\x00"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl, sv, _, svOut := exchangeVersionsWith(t, func(cl, sv *Comm) {
+				cl.OfferWindow, sv.OfferWindow = true, true
+				cl.OfferSelective, sv.OfferSelective = c.clientSR, c.serverSR
+				cl.OfferSegment, sv.OfferSegment = c.clientSeg, c.serverSeg
+			})
+			if cl.PeerSelective != c.want || sv.PeerSelective != c.want {
+				t.Fatalf("selective retransmission agreed: client %v, server %v, want %v", cl.PeerSelective, sv.PeerSelective, c.want)
+			}
+			if !cl.PeerWindow || !sv.PeerWindow || cl.PeerSegment != c.wantSeg || sv.PeerSegment != c.wantSeg {
+				t.Fatalf("window %v/%v, segment %d/%d: want the window and %d", cl.PeerWindow, sv.PeerWindow, cl.PeerSegment, sv.PeerSegment, c.wantSeg)
+			}
+			if got := string(svOut[len(Version)+1:]); !strings.HasPrefix(got, c.serverSays) {
+				t.Fatalf("server's offer %q, want %q…", got, c.serverSays)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		in         string
+		seg        int
+		window, sr bool
+	}{
+		{"6.06\x00tbsr\x00\x00\x00\x00\x00\x00\x00", 0, true, true},
+		{"6.06\x00tbsr=60\x00\x00tq", 61440, true, true},
+		{"6.06\x00tbsr=60", 61440, true, true},
+		{"6.06\x00tbsr=61\x00", 0, false, false},
+		{"6.06\x00tbsr=\x00", 0, false, false},
+		{"6.06\x00tbsr", 0, false, false},
+		{"6.06\x00tbsrx\x00", 0, false, false},
+		{"6.06\x00tbseg=8\x00", 8192, true, false},
+	} {
+		seg, w, sr := parseOffer([]byte(tc.in))
+		if seg != tc.seg || w != tc.window || sr != tc.sr {
+			t.Errorf("parseOffer(%q) = %d, %v, %v; want %d, %v, %v", tc.in, seg, w, sr, tc.seg, tc.window, tc.sr)
 		}
 	}
 }
