@@ -64,9 +64,9 @@ func TestHTTP(t *testing.T) {
 	}
 }
 
-// memPair connects a Dialer and a Listener over the in-memory network,
-// each on a device of its own.
-func memPair(t *testing.T) (c, s *stream.Conn, cdev, sdev *verbs.Context, n *transporttest.Network) {
+// memDevices attaches two devices to a new in-memory network: the
+// dialer's, 198.18.9.1, and the listener's, 198.18.9.2.
+func memDevices(t *testing.T) (cdev, sdev *verbs.Context, n *transporttest.Network) {
 	t.Helper()
 	n = transporttest.NewNetwork(1)
 	t.Cleanup(func() { n.Close() })
@@ -79,7 +79,15 @@ func memPair(t *testing.T) (c, s *stream.Conn, cdev, sdev *verbs.Context, n *tra
 		t.Cleanup(func() { d.Close() })
 		devs[i] = d
 	}
-	l, err := (&stream.ListenConfig{Device: devs[1]}).Listen(context.Background(), "198.18.9.2:7400")
+	return devs[0], devs[1], n
+}
+
+// memPair connects a Dialer and a Listener over the in-memory network,
+// each on a device of its own.
+func memPair(t *testing.T) (c, s *stream.Conn, cdev, sdev *verbs.Context, n *transporttest.Network) {
+	t.Helper()
+	cdev, sdev, n = memDevices(t)
+	l, err := (&stream.ListenConfig{Device: sdev}).Listen(context.Background(), "198.18.9.2:7400")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +102,7 @@ func memPair(t *testing.T) (c, s *stream.Conn, cdev, sdev *verbs.Context, n *tra
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err = (&stream.Dialer{Device: devs[0]}).Dial(ctx, "198.18.9.2:7400")
+	c, err = (&stream.Dialer{Device: cdev}).Dial(ctx, "198.18.9.2:7400")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +121,7 @@ func memPair(t *testing.T) (c, s *stream.Conn, cdev, sdev *verbs.Context, n *tra
 	if _, err := io.ReadFull(s, make([]byte, 4)); err != nil {
 		t.Fatal(err)
 	}
-	return c, s, devs[0], devs[1], n
+	return c, s, cdev, sdev, n
 }
 
 // waitErr waits for a blocked call's error; the limit only keeps a hang

@@ -45,6 +45,7 @@ type Conn struct {
 	peer          ringInfo
 	nRecv         int
 	local, remote Addr
+	sr            bool // the QP does selective retransmission ("tbs2")
 
 	evDone     chan struct{} // the event goroutine ended
 	disc       chan struct{} // closed on DISCONNECTED
@@ -159,6 +160,19 @@ func (c *Conn) setPeer(r ringInfo) error {
 // speaks this protocol, so it is tbrdma, whose receiver takes the larger
 // burst (docs/wire-format.md, "Send window between tbrdma peers").
 const sendWindow = 512
+
+// setSR turns selective retransmission on or off for the QP. Both ends
+// must have it on before the first data packet reaches either (a
+// responder with it on reports gaps in a way only a requester with it on
+// reads), so each end calls it before its QP can receive: the listener
+// before Accept, the dialer before Connect.
+func (c *Conn) setSR(on bool) error {
+	if err := c.qp.SetSelectiveRetransmit(on); err != nil {
+		return err
+	}
+	c.sr = on
+	return nil
+}
 
 // start runs the connection's goroutines once it is established.
 func (c *Conn) start() {

@@ -120,6 +120,8 @@ type Dialer struct {
 	// Dialer opens its own device and has no PSK (a stream's peer is
 	// always tbrdma), else none; NoSegments: never.
 	SegmentSize int
+
+	tbs1 bool // tests: dial as a dialer from before "tbs2" does
 }
 
 // Dial connects to address ("host:port", the rdma_cm port a Listener
@@ -270,6 +272,9 @@ func (d *Dialer) dial(ctx context.Context, address string) (_ *Conn, err error) 
 		switch {
 		case errors.As(ev.Err, &rej) && rej.Reason == rdmacm.RejectInvalidServiceID:
 			return nil, fmt.Errorf("stream: dial %s: nothing listens there (%w)", where, ev.Err)
+		case ev.Type == rdmacm.EventRejected && bytes.HasPrefix(ev.PrivateData(), []byte(rejNotDialer)):
+			return nil, fmt.Errorf("stream: dial %s: rejected %q: the listener does not speak stream protocol %s (a tbrdma from before it speaks only %s): run the same tbrdma version on both ends: %w",
+				where, rejNotDialer, magicV2, magicV1, ev.Err)
 		case ev.Type == rdmacm.EventRejected:
 			msg := ""
 			if pd := bytes.TrimRight(ev.PrivateData(), "\x00"); len(pd) > 0 && len(pd) < 100 {
@@ -300,6 +305,15 @@ func (d *Dialer) dial(ctx context.Context, address string) (_ *Conn, err error) 
 	if c, err = newConn(id, ech, slots, size); err != nil {
 		return nil, fmt.Errorf("stream: dial %s: %w", where, err)
 	}
+	// We offer "tbs2", so selective retransmission goes on now, before
+	// Connect: rdmacm moves the QP to RTS and sends the RTU before our
+	// ESTABLISHED, and the listener may write as soon as the RTU reaches it.
+	c.mine.sr = !d.tbs1
+	if c.mine.sr {
+		if err = c.setSR(true); err != nil {
+			return nil, fmt.Errorf("stream: dial %s: %w", where, err)
+		}
+	}
 	if err = id.Connect(&rdmacm.ConnParam{PrivateData: c.mine.marshal(), RetryCount: 7, RNRRetryCount: 7,
 		SegmentSize: seg}); err != nil {
 		return nil, fmt.Errorf("stream: dial %s: %w", where, err)
@@ -311,6 +325,18 @@ func (d *Dialer) dial(ctx context.Context, address string) (_ *Conn, err error) 
 	ring, err := parseRingInfo(ev.PrivateData())
 	if err != nil {
 		return nil, fmt.Errorf("stream: dial %s: %w", where, err)
+	}
+	switch {
+	case ring.sr && !c.mine.sr:
+		return nil, fmt.Errorf("stream: dial %s: the listener answered %s to a %s request (a broken peer)", where, magicV2, magicV1)
+	case !ring.sr && c.sr:
+		// A listener that declined: off again. Until now that can only
+		// have held packets, dropped here and sent again by the
+		// listener's go-back-N: a tbrdma requester without the extension
+		// reads a gap NAK as a plain sequence NAK.
+		if err = c.setSR(false); err != nil {
+			return nil, fmt.Errorf("stream: dial %s: %w", where, err)
+		}
 	}
 	if err = c.setPeer(ring); err != nil {
 		return nil, fmt.Errorf("stream: dial %s: %w", where, err)
@@ -342,6 +368,8 @@ type ListenConfig struct {
 	// when the listener opens its own device and has no PSK, else none;
 	// NoSegments: decline.
 	SegmentSize int
+
+	tbs1 bool // tests: listen as a listener from before "tbs2" does
 }
 
 // Listener accepts stream connections on one rdma_cm port. Its methods
@@ -459,8 +487,8 @@ func (l *Listener) run() {
 func (l *Listener) request(ev *rdmacm.Event) {
 	child := ev.ID
 	peer, err := parseRingInfo(ev.PrivateData())
-	if err != nil {
-		child.Reject([]byte("tbrdma stream: not a stream dialer"))
+	if err != nil || peer.sr && l.lc.tbs1 {
+		child.Reject([]byte(rejNotDialer))
 		child.Destroy()
 		return
 	}
@@ -478,6 +506,12 @@ func (l *Listener) request(ev *rdmacm.Event) {
 	c, err := newConn(child, ech, l.lc.Slots, l.lc.SlotSize)
 	if err == nil {
 		err = c.setPeer(peer)
+	}
+	if err == nil && peer.sr {
+		// "tbs2": answered in kind, and on before Accept lets the QP
+		// receive. A "tbs1" dialer gets "tbs1" and no extension.
+		c.mine.sr = true
+		err = c.setSR(true)
 	}
 	if err == nil {
 		err = child.Accept(&rdmacm.ConnParam{PrivateData: c.mine.marshal(), RNRRetryCount: 7, SegmentSize: l.lc.SegmentSize})
@@ -593,6 +627,10 @@ func (l *Listener) Close() error {
 }
 
 var _ net.Listener = (*Listener)(nil)
+
+// rejNotDialer is the private data of the REJ of a request that is not
+// a stream dialer's in a version this listener speaks.
+const rejNotDialer = "tbrdma stream: not a stream dialer"
 
 // NoSegments as Dialer.SegmentSize or ListenConfig.SegmentSize keeps a
 // connection at the path MTU.

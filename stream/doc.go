@@ -29,18 +29,24 @@
 // local address (UDP port 4791 of that address, which rdma_rxe must not
 // hold), shared by the package's users of that address.
 //
-// # Wire protocol ("tbs1")
+// # Wire protocol ("tbs2", and "tbs1")
 //
 // Both directions are alike; each end has a receive ring of slots × slot
 // size bytes, registered REMOTE_WRITE, and as many send slots as the
 // peer's ring has.
 //
 //  1. The dialer connects (RDMA_PS_TCP) with its ring in the REQ's
-//     private data: "tbs1", ring address (u64), rkey (u32), slot size
+//     private data: "tbs2", ring address (u64), rkey (u32), slot size
 //     (u32, at most 2^24-1), slots (u32, at most 256), big-endian, 24
 //     bytes (they fit with a pre-shared key). The listener answers with
-//     its own ring, in the same form, in the REP. A request without the
-//     magic is rejected.
+//     its own ring, in the same form, in the REP. The magic is the
+//     version: "tbs2" is "tbs1" on QPs that both do selective
+//     retransmission (verbs.QP.SetSelectiveRetransmit), which each end
+//     turns on before its QP can receive. The listener answers in the
+//     dialer's version: an older dialer's "tbs1" gets "tbs1", without
+//     the extension. A request without either magic is rejected ("not a
+//     stream dialer"), and so is a "tbs2" request by a listener from
+//     before "tbs2": such a listener needs a dialer of its version.
 //  2. Chunk seq (from 0, per direction) goes by RDMA WRITE WITH IMMEDIATE
 //     into slot seq % slots of the peer's ring; the immediate is
 //     (seq & 0xff) << 24 | length; the receive WQE it consumes tells the
@@ -65,6 +71,7 @@
 // Control messages are inline SENDs of 28 bytes: type (u32: 1 credit, 2
 // FIN, 3 ACK), status (u32), chunks (u64), bytes (u64), CRC-32C (u32),
 // big-endian. A stream peer is tbrdma, so each end widens its
-// QP's send window (verbs.QP.SetSendWindow) to 512 packets.
+// QP's send window (verbs.QP.SetSendWindow) to 512 packets; with
+// selective retransmission a loss costs the packets lost, not a window.
 // docs/wire-format.md has the same description.
 package stream

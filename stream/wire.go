@@ -10,12 +10,17 @@ import (
 )
 
 const (
-	// magic opens the REQ's and the REP's private data.
-	magic = "tbs1"
+	// magicV1 and magicV2 open the REQ's and the REP's private data: the
+	// protocol version. "tbs2" is "tbs1" on QPs that both do selective
+	// retransmission (verbs.QP.SetSelectiveRetransmit). A dialer offers
+	// "tbs2"; the listener answers in the dialer's version, so an older
+	// dialer ("tbs1") is still served, without it.
+	magicV1 = "tbs1"
+	magicV2 = "tbs2"
 	// ringInfoSize is the private data: magic, ring address (u64), rkey
 	// (u32), slot size (u32), slots (u32). 24 bytes fit a REQ even with a
 	// pre-shared key (56 - 32).
-	ringInfoSize = len(magic) + 8 + 4 + 4 + 4
+	ringInfoSize = len(magicV1) + 8 + 4 + 4 + 4
 
 	// MaxSlotSize is the largest slot (the immediate's length field).
 	MaxSlotSize = 1<<24 - 1
@@ -44,17 +49,23 @@ const (
 	wridAck   = 1<<62 | 1
 )
 
-// ringInfo is a receive ring as advertised in the REQ or REP.
+// ringInfo is a receive ring as advertised in the REQ or REP, with the
+// protocol version it came in.
 type ringInfo struct {
 	addr     uint64
 	rkey     verbs.RKey
 	slotSize int
 	slots    int
+	sr       bool // "tbs2": selective retransmission; else "tbs1"
 }
 
 func (r ringInfo) marshal() []byte {
 	b := make([]byte, ringInfoSize)
-	n := copy(b, magic)
+	m := magicV1
+	if r.sr {
+		m = magicV2
+	}
+	n := copy(b, m)
 	binary.BigEndian.PutUint64(b[n:], r.addr)
 	binary.BigEndian.PutUint32(b[n+8:], uint32(r.rkey))
 	binary.BigEndian.PutUint32(b[n+12:], uint32(r.slotSize))
@@ -62,19 +73,25 @@ func (r ringInfo) marshal() []byte {
 	return b
 }
 
-var errNotStream = errors.New("the peer is not a tbrdma stream endpoint (no " + magic + " ring in its private data)")
+var errNotStream = errors.New("the peer is not a tbrdma stream endpoint (no " + magicV1 + " or " + magicV2 + " ring in its private data)")
 
 func parseRingInfo(b []byte) (ringInfo, error) {
-	if len(b) < ringInfoSize || string(b[:len(magic)]) != magic {
+	if len(b) < ringInfoSize {
 		return ringInfo{}, errNotStream
 	}
-	n := len(magic)
-	r := ringInfo{
-		addr:     binary.BigEndian.Uint64(b[n:]),
-		rkey:     verbs.RKey(binary.BigEndian.Uint32(b[n+8:])),
-		slotSize: int(binary.BigEndian.Uint32(b[n+12:])),
-		slots:    int(binary.BigEndian.Uint32(b[n+16:])),
+	n := len(magicV1)
+	var r ringInfo
+	switch string(b[:n]) {
+	case magicV1:
+	case magicV2:
+		r.sr = true
+	default:
+		return ringInfo{}, errNotStream
 	}
+	r.addr = binary.BigEndian.Uint64(b[n:])
+	r.rkey = verbs.RKey(binary.BigEndian.Uint32(b[n+8:]))
+	r.slotSize = int(binary.BigEndian.Uint32(b[n+12:]))
+	r.slots = int(binary.BigEndian.Uint32(b[n+16:]))
 	if r.slotSize < 1 || r.slotSize > MaxSlotSize || r.slots < 1 || r.slots > MaxSlots {
 		return ringInfo{}, fmt.Errorf("the peer advertised an unusable ring (%d slots of %d bytes)", r.slots, r.slotSize)
 	}

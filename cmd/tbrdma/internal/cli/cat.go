@@ -198,7 +198,7 @@ func catSum(s [sha256.Size]byte) string { return fmt.Sprintf("%x", s[:8]) + "…
 // --- protocol ---------------------------------------------------------------
 
 // The cat protocol, "tbrdma-cat/2", runs over a stream connection
-// (package stream, "tbs1"; docs/wire-format.md):
+// (package stream, "tbs2"; docs/wire-format.md):
 //
 //  1. The sender dials the receiver's listener and writes catHello, then
 //     its input, then a trailer: status (catOK, or catIncomplete when it
