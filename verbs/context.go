@@ -608,18 +608,30 @@ func (c *Context) flush() {
 			c.spare = batch
 			return
 		}
-		for off := 0; off < len(batch); {
+		for off, tries := 0, 0; off < len(batch); {
 			n, err := c.conn.WriteBatch(batch[off:])
 			off += n
+			if n > 0 {
+				tries = 0
+			}
 			if err == nil {
 				continue
 			}
 			if k := refusedPackets(err); k > 0 {
-				// One datagram is lost, as on the link; the packets
-				// after it still go (a firewall that drops one
-				// datagram used to lose the whole rest of the batch).
+				// The system refused one datagram (a firewall rule
+				// that drops on output, a route that cannot take
+				// it): it was not sent, and the sender knows. It
+				// goes again at once, as TCP sends a segment its
+				// output path refused again (and as sendmmsg does
+				// itself for every message but its first), at most
+				// refusedTries times; then it is lost, as on the
+				// link, and the packets after it still go (they
+				// used to be lost with it).
+				if tries++; tries < refusedTries {
+					continue
+				}
 				c.log.Debug("datagram refused", "err", err, "packets", k)
-				off += k
+				off, tries = off+k, 0
 				continue
 			}
 			c.log.Debug("send failed", "err", err, "packets", len(batch)-off)
@@ -633,6 +645,10 @@ func (c *Context) flush() {
 		c.spare = batch[:0]
 	}
 }
+
+// refusedTries is how often flush sends a datagram the system refused
+// before it counts it lost.
+const refusedTries = 3
 
 // refusedPackets returns how many packets the datagram that err says the
 // system refused carried (transport.RefusedError), or 0.
