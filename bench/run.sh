@@ -38,7 +38,7 @@
 #                 old and new ratios come from the same run (keys old_*)
 #   FI_TCP_ITERS  -I of fi_pingpong tcp msg 1 MiB  (default 300, as the anchors)
 #   FI_RXD_ITERS  -I of fi_pingpong udp rdm 64 B   (default 2000, as the anchors)
-#   SKIP          any of: iperf sockperf libfabric tbrdma cabi engines stream serve loss
+#   SKIP          any of: iperf sockperf libfabric tbrdma cabi engines stream serve qps loss
 #   LOSS_ITERS    -n of the loss section's write-bw 64 KiB / 1 MiB (default 10000 / 600)
 #   STREAM_BYTES  bytes of each stream/TCP io.Copy   (default 1 GiB)
 #   BENCH_NS_A/_B, BENCH_VETH_A/_B  other namespace and temporary veth names
@@ -588,6 +588,15 @@ run_lib() { skip cabi || measure "$@"; }
 run_eng() { skip engines || measure "$@"; }
 run_stream() { skip stream || measure "$@"; }
 run_serve() { skip serve || skip tbrdma || measure "$@"; }
+# qps_section : write-bw -q 1/2/4/8 at 64 KiB and 1 MiB, 1 GiB per run
+# (issue 18: the aggregate with several QPs against one QP's, same run)
+qps_section() {
+  local q
+  for q in 1 2 4 8; do
+    measure tb_bw qps_write_bw_64KiB_q$q 65536 $((16384 / q)) -q $q
+    measure tb_bw qps_write_bw_1MiB_q$q 1048576 $((1024 / q)) -q $q
+  done
+}
 for ((REP = 1; REP <= REPS; REP++)); do
   wait_quiet
   log "--- repetition $REP of $REPS"
@@ -645,6 +654,7 @@ for ((REP = 1; REP <= REPS; REP++)); do
   run_eng fi_pp fi_tcp_rxm_1MiB bw 'tcp;ofi_rxm' rdm 1048576 "$FI_TCP_ITERS"
   run_eng fi_pp fi_verbs_rxm_64B oneway 'verbs;ofi_rxm' rdm 64 "$FI_RXD_ITERS"
   run_eng fi_pp fi_tcp_rxm_64B oneway 'tcp;ofi_rxm' rdm 64 "$FI_RXD_ITERS"
+  skip qps || skip tbrdma || qps_section
   skip loss || loss_section
 done
 cleanup
@@ -778,6 +788,10 @@ R = [
     ('serve / dedicated: read-lat 64 B busy-poll p99', 'serve_read_lat_64B_poll.p99', 'read_lat_64B_poll.p99', '<=', 1.05, ''),
     ('serve / dedicated: write-lat 64 B t_typical', 'serve_write_lat_64B.t_typical', 'write_lat_64B.t_typical', '<=', 1.05, ''),
     ('serve / dedicated: send-lat 64 B busy-poll t_typical', 'serve_send_lat_64B_poll.t_typical', 'send_lat_64B_poll.t_typical', '<=', 1.05, ''),
+    # several QPs (issue 18): write-bw -q N against -q 1, 1 GiB each, same repetition
+] + [(f'write-bw -q {q} / -q 1, {sn}', f'qps_write_bw_{sz}_q{q}.bw', f'qps_write_bw_{sz}_q1.bw', '>=', 1.0,
+      'aggregate over the QPs; each QP writes its own slice of the buffer, as perftest')
+     for sz, sn in (('64KiB', '64 KiB'), ('1MiB', '1 MiB')) for q in (2, 4, 8)] + [
     # loss (issue 18): nftables drops in both directions, the same for TCP and tbrdma
 ] + [(('OLD ' if pre else '') + f'write-bw {sn} / iperf3 TCP at {pct} loss' + (' (on input)' if w else ''),
       f'{pre}{w}loss{n}_write_bw_{sz}.bw', f'iperf3_tcp_{w}loss{n}.recv',
