@@ -158,7 +158,7 @@ func (qp *QP) handleAck(p PSN, aeth wire.AETH, now time.Time) {
 			qp.req.rnrLeft--
 		}
 		qp.req.rnrAt = now.Add(time.Duration(wire.RNRTimer(syn.Value())))
-		qp.req.retxAt = time.Time{}
+		qp.req.retxAt, qp.req.probeAt = time.Time{}, time.Time{}
 		qp.rewindTo(p)
 	case wire.SynNAK:
 		c.ctr.naksRcvd[nakKindOf(syn)].Add(1)

@@ -3,7 +3,10 @@ package verbs
 // Test-only hooks for the replay tests (replay_test.go): they let a test
 // give a QP and a memory region the numbers a captured peer used.
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // createQPNumbered creates a QP whose QPN is qpn (which must be free).
 func (pd *PD) createQPNumbered(init *QPInitAttr, qpn QPN) (*QP, error) {
@@ -61,3 +64,10 @@ func (cq *CQ) EventCounts() (events, acked uint64) {
 
 // Queued returns how many events wait in the channel for GetEvent.
 func (ch *CompChannel) Queued() int { return len(ch.events) }
+
+// QPTimerAt is when qp's timer fires next (zero: not armed).
+func QPTimerAt(qp *QP) time.Time {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.timerAt
+}

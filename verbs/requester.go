@@ -503,8 +503,15 @@ func (qp *QP) expire(now time.Time) {
 			qp.req.retxAt = now.Add(t)
 		}
 	}
-	if !qp.req.probeAt.IsZero() && !now.Before(qp.req.probeAt) && qp.state == QPStateRTS && qp.req.rnrAt.IsZero() {
-		qp.sendProbe(now)
+	if !qp.req.probeAt.IsZero() && !now.Before(qp.req.probeAt) {
+		if qp.state == QPStateRTS && qp.req.rnrAt.IsZero() {
+			qp.sendProbe(now)
+		} else {
+			// No probe in an RNR wait or SQD; a deadline left in the
+			// past would fire the timer again at once, for ever. The
+			// next packet sent arms it again.
+			qp.req.probeAt = time.Time{}
+		}
 	}
 	if !qp.req.retxAt.IsZero() && !now.Before(qp.req.retxAt) {
 		qp.ctx.ctr.timeouts.Add(1)

@@ -271,3 +271,36 @@ func TestRCUnderFaultsSelective(t *testing.T) {
 		})
 	}
 }
+
+// TestSelectiveProbeWaitsOutRNR: a requester waiting out an RNR NAK sends
+// no probe and does not spin its timer (a probe deadline left in the past
+// during the wait fired the timer again at once, for the whole wait; on
+// the fake clock the Sleep below then never returned, until go test's
+// timeout). After the wait the SEND goes again and completes. Fake clock.
+func TestSelectiveProbeWaitsOutRNR(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := srOptions()
+		o.MinRNRTimer = 31 // 491.52 ms, far longer than the 1 ms probe interval
+		p, n := srPair(t, 5, transporttest.Faults{}, o)
+		a, b := p.A, p.B
+		start := time.Now()
+		mustPost(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 64)}})
+		time.Sleep(100 * time.Millisecond) // inside the RNR wait
+		synctest.Wait()
+		if c := a.Ctx.Counters(); c.RNRNAKsRcvd == 0 || c.Probes != 0 {
+			t.Fatalf("%d RNR NAKs, %d probes: want an RNR wait and no probe in it", c.RNRNAKsRcvd, c.Probes)
+		}
+		if at := verbs.QPTimerAt(a.QP); !at.IsZero() && at.Before(time.Now()) {
+			t.Fatalf("in the RNR wait the timer is armed for %v ago: it fires again and again", time.Since(at))
+		}
+		if _, err := b.QP.PostRecv(verbs.RecvWR{WRID: 2, SGList: []verbs.SGE{b.MR.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := pollWC(t, a.CQ, start); wc.Status != verbs.WCSuccess {
+			t.Fatalf("SEND: %v, want success after the RNR wait", wc.Status)
+		}
+		a.Ctx.Close()
+		b.Ctx.Close()
+		n.Close()
+	})
+}
