@@ -176,15 +176,13 @@ func (c *Comm) ExchangeVersions() (string, error) {
 			// the start of an address: the caller refuses it.
 			err = ErrPingpongClient
 		} else if err == nil {
-			if parseSegOffer(in) == 0 {
-				c.OfferSegment = 0 // never offered to a peer that did not offer
+			// Never offer what the client did not.
+			seg, win, sr := parseOffer(in)
+			if seg == 0 {
+				c.OfferSegment = 0
 			}
-			if !hasWindowOffer(in) {
-				c.OfferWindow = false
-			}
-			if _, _, sr := parseOffer(in); !sr {
-				c.OfferSelective = false
-			}
+			c.OfferWindow = c.OfferWindow && win
+			c.OfferSelective = c.OfferSelective && sr
 			put()
 			ask := c.AskHint && hasMarker(in, hintOffer)
 			if ask {
@@ -206,13 +204,11 @@ func (c *Comm) ExchangeVersions() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("version exchange: %w", err)
 	}
-	if c.OfferSegment > 0 {
-		if p := parseSegOffer(in); p > 0 {
-			c.PeerSegment = min(p, c.OfferSegment)
-		}
+	seg, win, sr := parseOffer(in)
+	if c.OfferSegment > 0 && seg > 0 {
+		c.PeerSegment = min(seg, c.OfferSegment)
 	}
-	c.PeerWindow = c.OfferWindow && hasWindowOffer(in)
-	_, _, sr := parseOffer(in)
+	c.PeerWindow = c.OfferWindow && win
 	c.PeerSelective = c.PeerWindow && c.OfferSelective && sr
 	if i := bytes.IndexByte(in, 0); i >= 0 {
 		in = in[:i]
@@ -299,21 +295,6 @@ const segmentBudget = 6 << 20
 // retransmission (docs/wire-format.md); "tbsr=N" says that and offers
 // segments of N KiB, as segOffer does.
 const selectiveOffer = "tbsr"
-
-// hasWindowOffer reports whether a version message carries the window
-// offer, or one that implies it (a segment or a selective offer).
-func hasWindowOffer(b []byte) bool {
-	_, w, _ := parseOffer(b)
-	return w
-}
-
-// parseSegOffer returns the segment size in bytes offered in a version
-// message (after the version's NUL), or 0 when there is none or it is not
-// a multiple of 4 KiB from 8 KiB to 60 KiB.
-func parseSegOffer(b []byte) int {
-	seg, _, _ := parseOffer(b)
-	return seg
-}
 
 // parseOffer reads tbrdma's offer after the version string's NUL:
 // windowOffer, selectiveOffer, segOffer+N or selectiveOffer+"="+N

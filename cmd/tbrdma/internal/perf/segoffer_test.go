@@ -220,3 +220,18 @@ func TestSelectiveOffer(t *testing.T) {
 		}
 	}
 }
+
+// hasWindowOffer reports whether a version message carries the window
+// offer, or one that implies it (a segment or a selective offer).
+func hasWindowOffer(b []byte) bool {
+	_, w, _ := parseOffer(b)
+	return w
+}
+
+// parseSegOffer returns the segment size in bytes offered in a version
+// message (after the version's NUL), or 0 when there is none or it is not
+// a multiple of 4 KiB from 8 KiB to 60 KiB.
+func parseSegOffer(b []byte) int {
+	seg, _, _ := parseOffer(b)
+	return seg
+}
