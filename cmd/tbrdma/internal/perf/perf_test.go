@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -333,5 +334,60 @@ func TestBandwidth(t *testing.T) {
 	r := Bandwidth(MiB, posted, completed, 1)
 	if math.Abs(r.Average-1) > 1e-9 || math.Abs(r.Peak-1) > 1e-9 || math.Abs(r.MsgRate-1e-6) > 1e-15 {
 		t.Errorf("%+v", r)
+	}
+}
+
+// TestPeakMatchesEveryPair holds the hull search to perftest's definition
+// (every pair of cqMod boundaries) on random runs: steady streams with
+// stalls and bursts, a completion time that repeats (a coarse clock), and
+// lengths that are not a multiple of cqMod.
+func TestPeakMatchesEveryPair(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	t0 := time.Unix(0, 0)
+	for trial := range 500 {
+		n := 1 + rng.IntN(300)
+		cqMod := 1 + rng.IntN(8)
+		posted, completed := make([]time.Time, n), make([]time.Time, n)
+		var p, c time.Duration
+		for i := range n {
+			p += time.Duration(rng.IntN(2000)) * time.Nanosecond
+			if rng.IntN(20) == 0 {
+				p += time.Duration(rng.IntN(100)) * time.Microsecond // a stall
+			}
+			c = max(c, p) + time.Duration(rng.IntN(3000))*time.Nanosecond
+			if trial%7 == 0 && rng.IntN(3) == 0 {
+				c = p // completion seen at the post's timestamp
+			}
+			posted[i], completed[i] = t0.Add(p), t0.Add(c)
+		}
+		got, want := peakTime(posted, completed, cqMod), peakTimePairs(posted, completed, cqMod)
+		if math.Abs(got-want) > 1e-9*want {
+			t.Fatalf("trial %d (n %d, cq-mod %d): peak time %g s, every pair %g s", trial, n, cqMod, got, want)
+		}
+	}
+}
+
+// TestPeakOfALongRun: a million completions (write-bw -n 1000000 at a
+// size that makes cq-mod 1) used to mean hours of silence after the test;
+// the peak is the burst in the middle of it.
+func TestPeakOfALongRun(t *testing.T) {
+	const n = 1_000_000
+	t0 := time.Unix(0, 0)
+	posted, completed := make([]time.Time, n), make([]time.Time, n)
+	for i := range n {
+		posted[i] = t0.Add(time.Duration(i) * time.Microsecond)
+		completed[i] = posted[i].Add(50 * time.Microsecond)
+	}
+	// messages 500000-500999 are posted 10 ns apart and complete 100 ns
+	// apart, from 50 µs after the first of them was posted
+	b := posted[500_000]
+	for i := 500_000; i < 501_000; i++ {
+		posted[i] = b.Add(time.Duration(i-500_000) * 10 * time.Nanosecond)
+		completed[i] = b.Add(50*time.Microsecond + time.Duration(i-500_000+1)*100*time.Nanosecond)
+	}
+	r := Bandwidth(MiB, posted, completed, 1)
+	// best window [500000, 500999]: 150 µs for 1000 messages
+	if want := 1.0 / 150e-9; math.Abs(r.Peak-want) > 1e-6*want {
+		t.Errorf("peak %v MiB/s, want %v", r.Peak, want)
 	}
 }
