@@ -101,6 +101,7 @@ type recvState struct {
 	err     error // its error
 	next    int   // first datagram not yet handed out
 	off     int   // offset of the next GRO segment in datagram next
+	icrc    wire.ICRCPath
 	fn      func(fd uintptr) bool
 	t       tally
 	last    int64 // monotonic ns of the last recvmmsg that returned data (busy polling)
@@ -424,7 +425,7 @@ func (c *udpConn) drain(msgs []Message) int {
 			seg = groSegment(r.ctrl[r.next*r.ctrlLen:][:min(int(h.Hdr.Controllen), r.ctrlLen)])
 		}
 		if seg <= 0 || seg >= size {
-			if c.accept(&r.t, buf, src, &msgs[n]) {
+			if c.accept(&r.t, &r.icrc, buf, src, &msgs[n]) {
 				n++
 			}
 			r.next++
@@ -432,7 +433,7 @@ func (c *udpConn) drain(msgs []Message) int {
 		}
 		for r.off < size && n < len(msgs) {
 			end := min(r.off+seg, size)
-			if c.accept(&r.t, buf[r.off:end:end], src, &msgs[n]) {
+			if c.accept(&r.t, &r.icrc, buf[r.off:end:end], src, &msgs[n]) {
 				n++
 			}
 			r.off = end

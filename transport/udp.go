@@ -139,9 +139,12 @@ type udpConn struct {
 	offMu    sync.Mutex
 	offloads Offloads
 
-	ctr      counters
-	sys      sysConn
-	flat     []byte         // the portable path's send buffer for messages with a Payload
+	ctr  counters
+	sys  sysConn
+	flat []byte // the portable path's send buffer for messages with a Payload
+	// icrc is the ICRC's share for the last destination written to; like
+	// flat it belongs to the goroutine in WriteBatch.
+	icrc     wire.ICRCPath
 	portable *portableState // the portable path's state, if it is in use
 }
 
@@ -351,8 +354,9 @@ func (c *udpConn) setOffloads(f func(*Offloads)) {
 }
 
 // accept checks one received packet and fills m. It counts a drop in t and
-// returns false for a packet to drop.
-func (c *udpConn) accept(t *tally, pkt []byte, src netip.AddrPort, m *Message) bool {
+// returns false for a packet to drop. path is the reader's ICRC share for
+// the last source it checked.
+func (c *udpConn) accept(t *tally, path *wire.ICRCPath, pkt []byte, src netip.AddrPort, m *Message) bool {
 	if len(pkt) < wire.BTHSize+wire.ICRCSize {
 		t.drops[wire.ReasonShort]++
 		return false
@@ -360,7 +364,10 @@ func (c *udpConn) accept(t *tally, pkt []byte, src netip.AddrPort, m *Message) b
 	var id uint16
 	if c.verify {
 		var ok bool
-		if id, ok = wire.VerifyICRC(pkt, src, c.laddr); !ok {
+		if !path.For(src, c.laddr) {
+			path.Reset(src, c.laddr)
+		}
+		if id, ok = path.Verify(pkt); !ok {
 			t.drops[wire.ReasonICRC]++
 			return false
 		}
@@ -388,12 +395,16 @@ func tailLen(m *Message) int {
 // putICRC fills m's trailer for a datagram from the endpoint to dst with
 // IPv4 identification id.
 func (c *udpConn) putICRC(m *Message, dst netip.AddrPort, id uint16) {
+	p := &c.icrc
+	if !p.For(c.laddr, dst) {
+		p.Reset(c.laddr, dst)
+	}
 	if m.Payload == nil {
-		wire.PutICRC(m.Buf, c.laddr, dst, id)
+		p.Put(m.Buf, id)
 		return
 	}
 	t := len(m.Buf) - tailLen(m)
-	wire.PutICRCParts(m.Buf[:t], m.Payload, m.Buf[t:], c.laddr, dst, id)
+	p.PutParts(m.Buf[:t], m.Payload, m.Buf[t:], id)
 }
 
 // checkOut validates a message to send and returns its unmapped
