@@ -144,3 +144,42 @@ func BenchmarkICRCPath(b *testing.B) {
 		})
 	}
 }
+
+// FuzzICRCPath: any packet, split anywhere after its BTH, through a path
+// gives PutICRC's trailer, and Verify agrees with VerifyICRC on it
+// whatever its bytes.
+func FuzzICRCPath(f *testing.F) {
+	f.Add(false, uint16(0), uint8(0), []byte("0123456789abcdefghij"))
+	f.Add(true, uint16(5), uint8(16), make([]byte, 1100))
+	f.Fuzz(func(t *testing.T, v6 bool, id uint16, split uint8, pkt []byte) {
+		src, dst := netip.MustParseAddrPort("198.18.0.2:4791"), netip.MustParseAddrPort("198.18.0.3:4791")
+		if v6 {
+			src, dst = netip.MustParseAddrPort("[fe80::1]:4791"), netip.MustParseAddrPort("[fe80::2]:4791")
+		}
+		var p, back ICRCPath
+		p.Reset(src, dst)
+		back.Reset(src, dst)
+		g1, ok1 := VerifyICRC(pkt, src, dst)
+		if g2, ok2 := back.Verify(pkt); g1 != g2 || ok1 != ok2 {
+			t.Fatalf("Verify %d %v, VerifyICRC %d %v", g2, ok2, g1, ok1)
+		}
+		if len(pkt) < BTHSize+ICRCSize {
+			return
+		}
+		pad := int(pkt[1] >> 4 & 3)
+		body := len(pkt) - ICRCSize - pad
+		if body < BTHSize {
+			return
+		}
+		want := bytes.Clone(pkt)
+		PutICRC(want, src, dst, id)
+		got := bytes.Clone(pkt)
+		p.Put(got, id)
+		hl := min(BTHSize+int(split), body)
+		tail := bytes.Clone(pkt[body:])
+		p.PutParts(pkt[:hl], pkt[hl:body], tail, id)
+		if !bytes.Equal(got, want) || !bytes.Equal(tail, want[body:]) {
+			t.Fatalf("Put %x, PutParts %x, PutICRC %x", got[len(got)-ICRCSize:], tail[len(tail)-ICRCSize:], want[len(want)-ICRCSize:])
+		}
+	})
+}
