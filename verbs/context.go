@@ -553,6 +553,25 @@ func (c *Context) getBufFor(n int) []byte {
 func (c *Context) putBuf(b []byte) {
 	bc := int(c.bufCap.Load())
 	c.bufMu.Lock()
+	c.putBufLocked(b, bc)
+	c.bufMu.Unlock()
+}
+
+// putBufs is putBuf for the packet buffers of a sent batch, under one
+// lock, and clears the batch.
+func (c *Context) putBufs(batch []transport.Message) {
+	bc := int(c.bufCap.Load())
+	c.bufMu.Lock()
+	for i := range batch {
+		c.putBufLocked(batch[i].Buf, bc)
+	}
+	c.bufMu.Unlock()
+	clear(batch)
+}
+
+// putBufLocked keeps b for reuse if it is of a size the free lists hold
+// and they are not full; bc is bufCap. c.bufMu is held.
+func (c *Context) putBufLocked(b []byte, bc int) {
 	switch {
 	case cap(b) >= bc && bc > maxPacket:
 		if len(c.freeBig) < min(maxFreeBufs, maxFreeBytes/bc) {
@@ -563,7 +582,6 @@ func (c *Context) putBuf(b []byte) {
 			c.free = append(c.free, b[:0])
 		}
 	}
-	c.bufMu.Unlock()
 }
 
 // queue adds a built packet to the outgoing batch; flush sends it.
@@ -638,10 +656,7 @@ func (c *Context) flush() {
 			break
 		}
 		c.ctr.packetsQueuedOut.Add(uint64(len(batch)))
-		for i := range batch {
-			c.putBuf(batch[i].Buf)
-			batch[i] = transport.Message{}
-		}
+		c.putBufs(batch)
 		c.spare = batch[:0]
 	}
 }
