@@ -249,14 +249,24 @@ type cmEvent struct {
 	goEv   *rdmacm.Event
 }
 
-// cmOptions are what rdma_set_option stored. tbrdma's CM takes the ACK
-// timeout and traffic class of connections from its own defaults, as
-// rdma_rxe's do without the options; the values are kept (and reported
-// nowhere).
+// cmOptions are what rdma_set_option stored. The ACK timeout goes to the
+// connection's QP at RTS, as the kernel's CM does with it (perftest 24.10
+// and later set their --qp-timeout so on -R connections); tbrdma's CM
+// takes the traffic class of connections from its own defaults, as
+// rdma_rxe's do without the option, and keeps the other values.
 type cmOptions struct {
 	tos, ackTimeout uint8
+	ackTimeoutSet   bool
 	reuseAddr       bool
 	afOnly          bool
+}
+
+// applyACKTimeout hands rdma_set_option's ACK timeout, if one was set, to
+// g before it connects or accepts.
+func (o cmOptions) applyACKTimeout(g *rdmacm.ID) {
+	if o.ackTimeoutSet {
+		g.SetACKTimeout(o.ackTimeout) // checked by tbgo_cm_set_option
+	}
 }
 
 type cmID struct {
@@ -1059,6 +1069,7 @@ func tbgo_cm_connect(h C.uintptr_t, p *C.struct_rdma_conn_param) C.int {
 	hasQP := m.liveQP() != nil
 	maxRes := m.devMaxRes()
 	ps := m.ps
+	opts := m.opts
 	cmMu.Unlock()
 	if g == nil {
 		return C.int(syscall.EINVAL)
@@ -1092,6 +1103,7 @@ func tbgo_cm_connect(h C.uintptr_t, p *C.struct_rdma_conn_param) C.int {
 	// stock rxe host) listens again, and its own retry reuses the IDs it
 	// just destroyed. The kernel reports the first REJ.
 	g.SetNoListenerRetry(noListenerRetry)
+	opts.applyACKTimeout(g)
 	return C.int(errno(g.Connect(cp)))
 }
 
@@ -1108,6 +1120,7 @@ func tbgo_cm_accept(h C.uintptr_t, p *C.struct_rdma_conn_param) C.int {
 	maxRes := m.devMaxRes()
 	offered := m.offered
 	ud := m.qpType == C.IBV_QPT_UD
+	opts := m.opts
 	cmMu.Unlock()
 	if g == nil {
 		return C.int(syscall.EINVAL)
@@ -1147,6 +1160,7 @@ func tbgo_cm_accept(h C.uintptr_t, p *C.struct_rdma_conn_param) C.int {
 			QPNum:              uint32(p.qp_num),
 		}
 	}
+	opts.applyACKTimeout(g)
 	err := g.Accept(cp)
 	cmMu.Lock()
 	m.setQPState()
@@ -1288,7 +1302,12 @@ func tbgo_cm_set_option(h C.uintptr_t, level, name C.int, val unsafe.Pointer, n 
 			if val == nil || n < 1 {
 				return C.int(syscall.EINVAL)
 			}
-			m.opts.ackTimeout = *(*uint8)(val)
+			// The kernel refuses it on a UD ID; the QP's field has 5 bits.
+			if t := *(*uint8)(val); m.qpType == C.IBV_QPT_UD || t > 31 {
+				return C.int(syscall.EINVAL)
+			} else {
+				m.opts.ackTimeout, m.opts.ackTimeoutSet = t, true
+			}
 		case optReuseAddr, optAFOnly:
 			if val == nil || n < C.size_t(unsafe.Sizeof(C.int(0))) {
 				return C.int(syscall.EINVAL)

@@ -641,6 +641,7 @@ func (d *dispatcher) createChild(msg cmwire.Message, ln *ID, port uint16, a reqA
 	req := msg.REQ()
 	child := &ID{ch: ln.ch, ps: ln.ps, vctx: d.vctx, d: d, state: stateConnectRequest}
 	child.psk.key, child.psk.req = ln.psk.key, a.reqMAC
+	child.ackTimeout, child.ackTimeoutSet = ln.ackTimeout, ln.ackTimeoutSet
 	child.peerGID = req.Primary().LocalGID()
 	child.peer = child.peerGID.Addr()
 	child.pathMTU = min(verbs.MTU(req.PathMTU()), d.vctx.ActiveMTU())

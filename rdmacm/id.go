@@ -85,8 +85,12 @@ type ID struct {
 	srq   bool
 	conn  *fsm.Conn
 	param ConnParam // own parameters of Connect/Accept
-	rqPSN wire.PSN  // the QP's receive PSN, sent in the REQ or the REP
-	qkey  qpKey     // indexes a live connection by the peer's (QPN, CA GUID)
+	// ackTimeout, when ackTimeoutSet, is the QP's local ACK timeout at RTS
+	// (SetACKTimeout) instead of the one the CM derives.
+	ackTimeout    uint8
+	ackTimeoutSet bool
+	rqPSN         wire.PSN // the QP's receive PSN, sent in the REQ or the REP
+	qkey          qpKey    // indexes a live connection by the peer's (QPN, CA GUID)
 
 	// psk is the pre-shared key (psk.go), of every ID: the key, and the
 	// MACs of this connection's REQ and REP, which bind the REP and the
@@ -584,6 +588,32 @@ func (id *ID) SetNoListenerRetry(d time.Duration) {
 	id.d.mu.Unlock()
 }
 
+// SetACKTimeout sets the local ACK timeout the ID's QP gets at RTS,
+// 4.096 µs × 2^t, as librdmacm's rdma_set_option with
+// RDMA_OPTION_ID_ACK_TIMEOUT: without it the timeout comes from the path
+// (the packet lifetime and the responder's ACK delay in the REQ or REP;
+// 19, 2.1 s, between two tbrdma ends, as between two rdma_rxe hosts). It
+// changes nothing on the wire. An ID made from a connection request takes
+// its listener's. t is at most 31 (a 5-bit field).
+func (id *ID) SetACKTimeout(t uint8) error {
+	if t > 31 {
+		return fmt.Errorf("rdmacm: ACK timeout %d: want 0..31: %w", t, ErrInvalidArgument)
+	}
+	id.d.mu.Lock()
+	id.ackTimeout, id.ackTimeoutSet = t, true
+	id.d.mu.Unlock()
+	return nil
+}
+
+// rtsTimeout is the QP's ACK timeout at RTS: SetACKTimeout's, or derived.
+// d.mu is held.
+func (id *ID) rtsTimeout(derived uint8) uint8 {
+	if id.ackTimeoutSet {
+		return id.ackTimeout
+	}
+	return derived
+}
+
 // retryNoListener reports whether a REJ with reason is to be answered by
 // another REQ instead of REJECTED, and schedules it. d.mu is held.
 func (id *ID) retryNoListener(now time.Time, reason RejectReason) bool {
@@ -681,7 +711,7 @@ func (id *ID) onREP(now time.Time, msg cmwire.Message) {
 	respRes := id.param.ResponderResources
 	err := id.modifyQP(accessFor(respRes),
 		&verbs.QPAttr{PathMTU: id.pathMTU, DestQPN: rep.LocalQPN(), RQPSN: id.rqPSN, MaxDestRdAtomic: respRes, SegmentSize: seg},
-		&verbs.QPAttr{SQPSN: rep.StartingPSN(), Timeout: uint8(cmwire.AckTimeout(rep.TargetACKDelay(), packetLifetime)),
+		&verbs.QPAttr{SQPSN: rep.StartingPSN(), Timeout: id.rtsTimeout(uint8(cmwire.AckTimeout(rep.TargetACKDelay(), packetLifetime))),
 			RetryCnt: min(id.param.RetryCount, 7), RNRRetry: rep.RNRRetryCount(),
 			MaxRdAtomic: min(id.param.InitiatorDepth, rep.ResponderResources())})
 	if err != nil {
@@ -752,7 +782,7 @@ func (id *ID) Accept(p *ConnParam) error {
 	if id.qp != nil {
 		err := id.modifyQP(accessFor(respRes),
 			&verbs.QPAttr{PathMTU: id.pathMTU, DestQPN: req.LocalQPN, RQPSN: id.rqPSN, MaxDestRdAtomic: respRes, SegmentSize: seg},
-			&verbs.QPAttr{SQPSN: req.StartingPSN, Timeout: uint8(req.Primary.LocalACKTimeout), RetryCnt: req.RetryCount,
+			&verbs.QPAttr{SQPSN: req.StartingPSN, Timeout: id.rtsTimeout(uint8(req.Primary.LocalACKTimeout)), RetryCnt: req.RetryCount,
 				RNRRetry: req.RNRRetryCount, MaxRdAtomic: min(initDepth, req.ResponderResources)})
 		if err != nil {
 			return fmt.Errorf("rdmacm: accept: %w", err)

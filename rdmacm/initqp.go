@@ -81,11 +81,11 @@ func (id *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, e
 			verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer, nil
 	}
 	if passive {
-		a.SQPSN, a.Timeout = id.passive.req.StartingPSN, uint8(id.passive.req.Primary.LocalACKTimeout)
+		a.SQPSN, a.Timeout = id.passive.req.StartingPSN, id.rtsTimeout(uint8(id.passive.req.Primary.LocalACKTimeout))
 		a.RetryCnt, a.RNRRetry = id.passive.req.RetryCount, id.passive.req.RNRRetryCount
 		a.MaxRdAtomic = min(initDepth, id.passive.req.ResponderResources)
 	} else {
-		a.SQPSN, a.Timeout = id.active.rep.psn, uint8(cmwire.AckTimeout(id.active.rep.ackDelay, packetLifetime))
+		a.SQPSN, a.Timeout = id.active.rep.psn, id.rtsTimeout(uint8(cmwire.AckTimeout(id.active.rep.ackDelay, packetLifetime)))
 		a.RetryCnt, a.RNRRetry = min(id.param.RetryCount, 7), id.active.rep.rnrRetry
 		a.MaxRdAtomic = min(initDepth, id.active.rep.respRes)
 	}

@@ -527,9 +527,17 @@ static void leave(const char *peer)
 	memset(&p, 0, sizeof p);
 	p.responder_resources = p.initiator_depth = 1;
 	p.retry_count = p.rnr_retry_count = 7;
+	/* as perftest 24.10 and later do with --qp-timeout on -R connections */
+	uint8_t timeout = 14;
+	CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof timeout) == 0,
+	      "RDMA_OPTION_ID_ACK_TIMEOUT: %s", strerror(errno));
 	CHECK(rdma_connect(id, &p) == 0, "rdma_connect: %s", strerror(errno));
 	CHECK(id->event && id->event->event == RDMA_CM_EVENT_ESTABLISHED && id->qp->state == IBV_QPS_RTS,
 	      "synchronous rdma_connect left no ESTABLISHED, or the QP not in RTS");
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qia;
+	CHECK(ibv_query_qp(id->qp, &qa, IBV_QP_TIMEOUT, &qia) == 0 && qa.timeout == 14,
+	      "the QP's ACK timeout is %d, want the 14 of RDMA_OPTION_ID_ACK_TIMEOUT", qa.timeout);
 	printf("connected, exiting without cleanup\n");
 	fflush(stdout);
 }

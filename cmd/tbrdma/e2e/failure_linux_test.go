@@ -136,9 +136,10 @@ type failCommand struct {
 	name           string
 	server, client []string // arguments; the client's end with the server's address
 	// qpTimeout is the client QP's local ACK timeout exponent: the CLI's
-	// -u default 14 (67 ms) for the TCP exchange, and for rdma_cm what the
-	// CM computes from the packet lifetime 18 and rxe's CA ACK delay 15:
-	// 19 (2.1 s), as the kernel does.
+	// -u default 14 (67 ms), over the TCP exchange and over rdma_cm (-R,
+	// as perftest 24.10 and later set it), and for cat's rdma_cm
+	// connection what the CM computes from the packet lifetime 18 and
+	// rxe's CA ACK delay 15: 19 (2.1 s), as the kernel does.
 	qpTimeout int
 	// extra is what the client may spend after the error completion by
 	// design, part of the bound: perftest -R waits up to 2 s for the
@@ -197,7 +198,7 @@ var failCommands = []failCommand{
 		client: []string{"pingpong", "--bind", failAddrA, "-n", "100000000", failAddrB}, qpTimeout: 14, tcpPort: 18515,
 		silence: 10 * time.Second},
 	{name: "write-bw -R", server: []string{"write-bw", "-R", "--bind", failAddrB, "-s", "1048576", "-n", "100000"},
-		client: []string{"write-bw", "-R", "--bind", failAddrA, "-s", "1048576", "-n", "100000", failAddrB}, qpTimeout: 19,
+		client: []string{"write-bw", "-R", "--bind", failAddrA, "-s", "1048576", "-n", "100000", failAddrB}, qpTimeout: 14,
 		extra: 2 * time.Second, extraWhy: "+ 2 s DREQ wait", quick: "link down"},
 	{name: "cat", server: []string{"cat", "--bind", failAddrB},
 		client: []string{"cat", "--bind", failAddrA, failAddrB}, qpTimeout: 19, streamsIn: true,
@@ -276,7 +277,7 @@ func TestFailureMatrix(t *testing.T) {
 					// when the run ends.
 					ok := t.Run(fmt.Sprint("run", i+1), func(t *testing.T) {
 						res := runFailure(t, f, c)
-						progress("failure: %s, %s: exit %d after %v: %s", f.name, c.name, res.code, res.elapsed.Round(time.Millisecond), res.msg)
+						progress("failure: %s, %s: message after %v, exit %d after %v: %s", f.name, c.name, res.toMsg.Round(time.Millisecond), res.code, res.elapsed.Round(time.Millisecond), res.msg)
 						r.results = append(r.results, res)
 					})
 					if !ok {

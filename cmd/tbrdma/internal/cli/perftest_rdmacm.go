@@ -35,7 +35,9 @@ import (
 //     CM brought it to RTS.
 //   - Connection parameters, both connections: responder resources and
 //     initiator depth -o for READ and atomic tests (else 0), retry count 7,
-//     RNR retry count 7, no private data of perftest's own.
+//     RNR retry count 7, no private data of perftest's own; for RC the QP's
+//     ACK timeout is --qp-timeout (RDMA_OPTION_ID_ACK_TIMEOUT, as perftest
+//     24.10 and later; 4.5 left the CM's).
 //   - At the end both sides disconnect both connections (DREQ/DREP).
 //
 // testdata/rxe/write_bw_rdma_cm.pcap (two rdma_rxe guests) shows all of it.
@@ -166,6 +168,11 @@ func (cm *perftestCM) accept(ctx context.Context) (*rdmacm.ID, error) {
 		ev.ID.Destroy()
 		return nil, err
 	}
+	if err := cm.setACKTimeout(ev.ID); err != nil {
+		ev.ID.Reject(nil)
+		ev.ID.Destroy()
+		return nil, err
+	}
 	if err := ev.ID.Accept(cm.connParam()); err != nil {
 		ev.ID.Destroy()
 		return nil, fmt.Errorf("rdma_cm accept: %w", err)
@@ -291,8 +298,23 @@ func (cm *perftestCM) resolve(ctx context.Context) (*rdmacm.ID, error) {
 	return id, nil
 }
 
+// setACKTimeout gives an RC connection's QP the test's --qp-timeout, as
+// perftest 24.10 and later do (rdma_set_option with
+// RDMA_OPTION_ID_ACK_TIMEOUT) where 4.5 left the CM's (19, 2.1 s: a loss
+// that the tail-loss probe of selective retransmission does not cover
+// waited that long).
+func (cm *perftestCM) setACKTimeout(id *rdmacm.ID) error {
+	if cm.t.o.Conn != "RC" {
+		return nil
+	}
+	return id.SetACKTimeout(uint8(cm.t.o.QPTimeout))
+}
+
 // connect sends the connection request and waits for ESTABLISHED.
 func (cm *perftestCM) connect(ctx context.Context, id *rdmacm.ID) error {
+	if err := cm.setACKTimeout(id); err != nil {
+		return err
+	}
 	if err := id.Connect(cm.connParam()); err != nil {
 		return fmt.Errorf("rdma_cm connect: %w", err)
 	}
@@ -340,6 +362,11 @@ func (cm *perftestCM) acceptTest(ctx context.Context) error {
 	p := cm.connParam()
 	p.ResponderResources = min(p.ResponderResources, ev.Param.ResponderResources)
 	p.InitiatorDepth = min(p.InitiatorDepth, ev.Param.InitiatorDepth)
+	if err := cm.setACKTimeout(id); err != nil {
+		id.Reject(nil)
+		id.Destroy()
+		return err
+	}
 	if err := id.Accept(p); err != nil {
 		id.Destroy()
 		return fmt.Errorf("rdma_cm accept: %w", err)
