@@ -74,8 +74,8 @@ func crcUpdate(crc uint32, p []byte) uint32 {
 	binary.LittleEndian.PutUint64(b[:], lo)
 	binary.LittleEndian.PutUint64(b[8:], hi)
 	r := crcRawSmall(0, &b)
-	if rest := p[n:]; len(rest) >= 64 {
+	if rest := p[n:]; len(rest) >= shortCRC {
 		return crcUpdateStd(^r, rest)
 	}
-	return ^rawUpdate(r, p[n:]) // hash/crc32 would go through its sync.Once for nothing
+	return ^rawUpdate(r, p[n:])
 }

@@ -158,7 +158,7 @@ func (p *ICRCPath) Verify(pkt []byte) (ipID uint16, ok bool) {
 // sum is the ICRC of roce, a UDP payload without its trailer (BTH first).
 func (p *ICRCPath) sum(roce []byte, ipID uint16) uint32 {
 	r := rawBTH(p.start(len(roce), ipID), roce[:BTHSize])
-	if rest := roce[BTHSize:]; len(rest) >= foldMin {
+	if rest := roce[BTHSize:]; len(rest) >= shortCRC {
 		return crcUpdate(^r, rest)
 	}
 	return ^rawUpdate(r, roce[BTHSize:])
