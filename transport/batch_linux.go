@@ -96,12 +96,12 @@ type recvState struct {
 	ctrl    []byte // ctrlLen bytes per slot when GRO is on
 	ctrlLen int
 	bufs    [][]byte
-	want    int   // datagrams to ask recvmmsg for
-	got     int   // datagrams it returned
-	err     error // its error
-	next    int   // first datagram not yet handed out
-	off     int   // offset of the next GRO segment in datagram next
-	icrc    wire.ICRCPath
+	want    int           // datagrams to ask recvmmsg for
+	got     int           // datagrams it returned
+	err     error         // its error
+	next    int           // first datagram not yet handed out
+	off     int           // offset of the next GRO segment in datagram next
+	icrc    wire.ICRCPath // the ICRC's share for the last source accept checked
 	fn      func(fd uintptr) bool
 	t       tally
 	last    int64 // monotonic ns of the last recvmmsg that returned data (busy polling)

@@ -15,7 +15,7 @@ import (
 type portableState struct {
 	rbuf []byte // one datagram, plus a byte to detect truncation
 	t    tally
-	icrc wire.ICRCPath
+	icrc wire.ICRCPath // the ICRC's share for the last source accept checked
 }
 
 func newPortableState(maxPkt int) *portableState {
