@@ -592,9 +592,13 @@ func (id *ID) SetNoListenerRetry(d time.Duration) {
 // 4.096 µs × 2^t, as librdmacm's rdma_set_option with
 // RDMA_OPTION_ID_ACK_TIMEOUT: without it the timeout comes from the path
 // (the packet lifetime and the responder's ACK delay in the REQ or REP;
-// 19, 2.1 s, between two tbrdma ends, as between two rdma_rxe hosts). It
-// changes nothing on the wire. An ID made from a connection request takes
-// its listener's. t is at most 31 (a 5-bit field).
+// 19, 2.1 s, between two tbrdma ends, as between two rdma_rxe hosts). Here
+// it changes nothing on the wire; the kernel's CM also puts t-1 in the
+// route's packet lifetime when the option is set before the route is
+// resolved, so its REQ then carries a different local ACK timeout, which
+// tbrdma's does not. An ID made from a connection request takes its
+// listener's (the kernel's starts without). t is at most 31 (a 5-bit
+// field).
 func (id *ID) SetACKTimeout(t uint8) error {
 	if t > 31 {
 		return fmt.Errorf("rdmacm: ACK timeout %d: want 0..31: %w", t, ErrInvalidArgument)
