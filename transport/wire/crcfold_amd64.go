@@ -73,7 +73,7 @@ func crcUpdate(crc uint32, p []byte) uint32 {
 	var b [16]byte
 	binary.LittleEndian.PutUint64(b[:], lo)
 	binary.LittleEndian.PutUint64(b[8:], hi)
-	r := crcRawSmall(0, &b)
+	r := rawUpdate(0, b[:])
 	if rest := p[n:]; len(rest) >= shortCRC {
 		return crcUpdateStd(^r, rest)
 	}

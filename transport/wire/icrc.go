@@ -50,7 +50,7 @@ var icrcSeed = crc32.Update(0, crc32.IEEETable, []byte{0xff, 0xff, 0xff, 0xff, 0
 func ICRC(src, dst netip.AddrPort, ipID uint16, roce []byte) uint32 {
 	var hdr [ipv6HdrLen + udpHdrLen + BTHSize]byte
 	n := maskedHeaders(&hdr, src, dst, ipID, roce)
-	crc := updateSmall(icrcSeed, &hdr, n)
+	crc := ^rawUpdate(^icrcSeed, hdr[:n])
 	return crcUpdate(crc, roce[BTHSize:])
 }
 
@@ -60,7 +60,7 @@ func ICRC(src, dst netip.AddrPort, ipID uint16, roce []byte) uint32 {
 func PutICRCParts(hdr, payload, tail []byte, src, dst netip.AddrPort, ipID uint16) {
 	var m [ipv6HdrLen + udpHdrLen + BTHSize]byte
 	n := maskedHeadersLen(&m, src, dst, ipID, hdr, len(hdr)+len(payload)+len(tail)-ICRCSize)
-	crc := updateSmall(icrcSeed, &m, n)
+	crc := ^rawUpdate(^icrcSeed, m[:n])
 	crc = crcUpdate(crc, hdr[BTHSize:])
 	crc = crcUpdate(crc, payload)
 	t := len(tail) - ICRCSize
@@ -152,29 +152,8 @@ func ICRCFromHeaders(ip, udp, roce []byte) (icrc uint32, ok bool) {
 	copy(buf[n:], roce[:BTHSize])
 	buf[n+4] = 0xff
 	n += BTHSize
-	crc := updateSmall(icrcSeed, &buf, n)
+	crc := ^rawUpdate(^icrcSeed, buf[:n])
 	return crcUpdate(crc, roce[BTHSize:]), true
-}
-
-// updateSmall is crc32.Update over hdr[:n], so that the header buffer
-// stays on the stack (crc32.Update makes its argument escape). It takes
-// eight bytes per step (slicing-by-8), which a byte-wise loop is far
-// slower than on every packet's headers.
-func updateSmall(crc uint32, hdr *[ipv6HdrLen + udpHdrLen + BTHSize]byte, n int) uint32 {
-	crc = ^crc
-	p := hdr[:n]
-	t := &slicing8
-	for len(p) >= 8 {
-		crc ^= binary.LittleEndian.Uint32(p)
-		hi := binary.LittleEndian.Uint32(p[4:])
-		crc = t[0][hi>>24] ^ t[1][(hi>>16)&0xff] ^ t[2][(hi>>8)&0xff] ^ t[3][hi&0xff] ^
-			t[4][crc>>24] ^ t[5][(crc>>16)&0xff] ^ t[6][(crc>>8)&0xff] ^ t[7][crc&0xff]
-		p = p[8:]
-	}
-	for _, c := range p {
-		crc = crc32.IEEETable[byte(crc)^c] ^ crc>>8
-	}
-	return ^crc
 }
 
 // slicing8[k][b] is the CRC register after byte b followed by k zero bytes.
