@@ -1303,11 +1303,11 @@ func tbgo_cm_set_option(h C.uintptr_t, level, name C.int, val unsafe.Pointer, n 
 				return C.int(syscall.EINVAL)
 			}
 			// The kernel refuses it on a UD ID; the QP's field has 5 bits.
-			if t := *(*uint8)(val); m.qpType == C.IBV_QPT_UD || t > 31 {
+			t := *(*uint8)(val)
+			if m.qpType == C.IBV_QPT_UD || t > 31 {
 				return C.int(syscall.EINVAL)
-			} else {
-				m.opts.ackTimeout, m.opts.ackTimeoutSet = t, true
 			}
+			m.opts.ackTimeout, m.opts.ackTimeoutSet = t, true
 		case optReuseAddr, optAFOnly:
 			if val == nil || n < C.size_t(unsafe.Sizeof(C.int(0))) {
 				return C.int(syscall.EINVAL)

@@ -121,6 +121,9 @@ func (cm *perftestCM) accept(ctx context.Context) (*rdmacm.ID, error) {
 			return nil, err
 		}
 		cm.listeners = append(cm.listeners, l)
+		if err := cm.setACKTimeout(l); err != nil { // the comm and test connections take it from here
+			return nil, err
+		}
 		if err := l.Bind(netip.AddrPortFrom(d.LocalAddr().Addr(), uint16(o.Port))); err != nil {
 			return nil, fmt.Errorf("couldn't listen to rdma_cm port %d on %v: %w", o.Port, d.LocalAddr().Addr(), err)
 		}
@@ -164,11 +167,6 @@ func (cm *perftestCM) accept(ctx context.Context) (*rdmacm.ID, error) {
 		return nil, err
 	}
 	if err := cm.newCommQP(ctx, ev.ID); err != nil {
-		ev.ID.Reject(nil)
-		ev.ID.Destroy()
-		return nil, err
-	}
-	if err := cm.setACKTimeout(ev.ID); err != nil {
 		ev.ID.Reject(nil)
 		ev.ID.Destroy()
 		return nil, err
@@ -298,7 +296,8 @@ func (cm *perftestCM) resolve(ctx context.Context) (*rdmacm.ID, error) {
 	return id, nil
 }
 
-// setACKTimeout gives an RC connection's QP the test's --qp-timeout, as
+// setACKTimeout gives an RC connection's QP the test's --qp-timeout (on a
+// listener: the QPs of the connections it accepts), as
 // perftest 24.10 and later do (rdma_set_option with
 // RDMA_OPTION_ID_ACK_TIMEOUT) where 4.5 left the CM's (19, 2.1 s: a loss
 // that the tail-loss probe of selective retransmission does not cover
@@ -362,11 +361,6 @@ func (cm *perftestCM) acceptTest(ctx context.Context) error {
 	p := cm.connParam()
 	p.ResponderResources = min(p.ResponderResources, ev.Param.ResponderResources)
 	p.InitiatorDepth = min(p.InitiatorDepth, ev.Param.InitiatorDepth)
-	if err := cm.setACKTimeout(id); err != nil {
-		id.Reject(nil)
-		id.Destroy()
-		return err
-	}
 	if err := id.Accept(p); err != nil {
 		id.Destroy()
 		return fmt.Errorf("rdma_cm accept: %w", err)
