@@ -124,7 +124,7 @@ func (c *Context) ReceiveInline() int {
 	if err != nil || k == 0 {
 		return 0
 	}
-	now := time.Now()
+	now := engineNow()
 	var lk qpLookup
 	for i := 0; i < k; i++ {
 		c.handle(&s.msgs[i], &s.pkt, &lk, now)

@@ -587,7 +587,7 @@ func (qp *QP) Close() error {
 // PostSend queues send work requests and starts transmitting them. It
 // returns how many were queued; on error the first unqueued one is wrs[n].
 func (qp *QP) PostSend(wrs ...SendWR) (int, error) {
-	now := time.Now()
+	now := engineNow()
 	qp.mu.Lock()
 	n, err := qp.postSendLocked(wrs, now)
 	qp.mu.Unlock()
@@ -870,7 +870,7 @@ func (qp *QP) stopTimer() {
 }
 
 func (qp *QP) onTimer() {
-	now := time.Now()
+	now := engineNow()
 	qp.mu.Lock()
 	if qp.closed {
 		qp.mu.Unlock()

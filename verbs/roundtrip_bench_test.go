@@ -14,7 +14,6 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/tbrdma/tbrdma/transport"
 	"github.com/tbrdma/tbrdma/transport/wire"
@@ -77,7 +76,7 @@ func (h *handConn) deliver(to *Context, lk *qpLookup) { deliverAll(h.take(), to,
 // deliverAll has to handle msgs as its receive loop handles a batch.
 func deliverAll(msgs []transport.Message, to *Context, lk *qpLookup) {
 	var pkt wire.Packet
-	now := time.Now()
+	now := engineNow()
 	*lk = qpLookup{}
 	for i := range msgs {
 		to.handle(&msgs[i], &pkt, lk, now)
