@@ -343,11 +343,14 @@ func (c *udpConn) tryReadBatch(msgs []Message) (int, error) {
 }
 
 // recvmmsgOnce is tryReadBatch's receive: one attempt, "nothing" is a
-// result rather than a reason to wait.
+// result rather than a reason to wait. It never blocks (MSG_DONTWAIT), so,
+// as a busy poll's retries, it skips the runtime's system-call bookkeeping:
+// a spinning inline reader makes one such call per empty poll, and the
+// bookkeeping made each 0.4 µs dearer on the benchmark's VM.
 func (c *udpConn) recvmmsgOnce(fd uintptr) {
 	r := &c.sys.rd
 	for {
-		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), unix.MSG_DONTWAIT, 0, 0)
+		n, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), unix.MSG_DONTWAIT, 0, 0)
 		switch e {
 		case 0:
 			r.got, r.err = int(n), nil

@@ -214,6 +214,14 @@ type SpinPolicy struct {
 	// socket instead of sleeping; WaitSpin stops telling it before it
 	// sleeps. On a context that does not busy-poll it costs nothing.
 	HoldEngine bool
+	// Inline says that the caller has inline receive on for the CQ's
+	// Context (SetInlineReceive returned true). WaitSpin's polls then read
+	// the socket and handle what came themselves (ReceiveInline), so the
+	// completion a spinner waits for needs no switch to the receive loop
+	// and back; and before WaitSpin sleeps it turns the caller's inline
+	// receive off, so that the receive loop reads while nobody spins, and
+	// on again once it wakes.
+	Inline bool
 }
 
 // WaitSpin is Wait for busy-polling callers: it polls the CQ up to p.Polls
@@ -228,6 +236,11 @@ func (cq *CQ) WaitSpin(ctx context.Context, wc []WC, p SpinPolicy) (int, error) 
 		if n, err, done := cq.spin(ctx, wc, p); done {
 			return n, err
 		}
+	}
+	if p.Inline {
+		// SetInlineReceive(false) also sends what the spin queued.
+		cq.ctx.SetInlineReceive(false)
+		defer cq.ctx.SetInlineReceive(true)
 	}
 	// The CQ's channel cannot close while the CQ is open, so closing the
 	// CQ (which closes wake) is what ends a Wait early.
@@ -258,6 +271,22 @@ func (cq *CQ) spin(ctx context.Context, wc []WC, p SpinPolicy) (n int, err error
 		}
 		if i&255 == 255 && ctx.Err() != nil {
 			return 0, ctx.Err(), true
+		}
+		if p.Inline {
+			// Read the socket instead of yielding to the receive loop
+			// (which waits while inline receive is on); yield only
+			// every 16 empty reads, for the process's other
+			// goroutines, and when another reader had the socket.
+			// What the handling queues (the ACK of a SEND that
+			// completes a receive here) is sent by the next round's
+			// flush, or, when this poll returns, by the caller's next
+			// post along with its own packet, one system call
+			// instead of two, as the receive loop arranges it by
+			// letting a spinner run before its flush (recvLoop).
+			cq.ctx.flush()
+			if k, read := cq.ctx.receiveInline(false); k > 0 || read && i&15 != 15 {
+				continue
+			}
 		}
 		runtime.Gosched()
 	}

@@ -99,6 +99,7 @@ func (c *Context) SetInlineReceive(on bool) bool {
 		return true
 	}
 	s.n--
+	c.flush() // what a spin left queued (CQ.WaitSpin with SpinPolicy.Inline)
 	if s.n == 0 {
 		s.on.Store(false)
 		s.r.SetReadDeadline(time.Time{})
@@ -115,20 +116,31 @@ func (c *Context) SetInlineReceive(on bool) bool {
 // would; it returns how many it handled. It does nothing (0) unless inline
 // receive is on, and when another caller is doing it at the moment.
 func (c *Context) ReceiveInline() int {
+	k, _ := c.receiveInline(true)
+	return k
+}
+
+// receiveInline is ReceiveInline; read reports whether it read the socket
+// (false: inline receive is off, or another caller is reading it). With
+// flush false, what the handling queued (an ACK) stays queued for the
+// caller's next flush.
+func (c *Context) receiveInline(flush bool) (k int, read bool) {
 	s := &c.in
 	if !s.on.Load() || !s.rx.TryLock() {
-		return 0
+		return 0, false
 	}
 	defer s.rx.Unlock()
 	k, err := s.r.TryReadBatch(s.msgs)
 	if err != nil || k == 0 {
-		return 0
+		return 0, true
 	}
 	now := engineNow()
 	var lk qpLookup
 	for i := 0; i < k; i++ {
 		c.handle(&s.msgs[i], &s.pkt, &lk, now)
 	}
-	c.flush()
-	return k
+	if flush {
+		c.flush()
+	}
+	return k, true
 }

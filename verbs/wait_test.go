@@ -269,6 +269,78 @@ func TestCQWaitOverRC(t *testing.T) {
 	a.Wait(t, 1)
 }
 
+// TestCQWaitSpinInline: with inline receive on (SpinPolicy.Inline), the
+// receive loop does not read, so completions come only from what the
+// waiter reads itself: a spin that never sleeps gets its READ's completion
+// only by reading the socket between its polls, and a waiter that sleeps
+// gets a later SEND only because WaitSpin hands the socket back to the
+// receive loop while it sleeps (without that, nobody reads and both hang
+// until waitCtx ends them).
+func TestCQWaitSpinInline(t *testing.T) {
+	p := verbstest.NewPair(t, verbstest.Options{})
+	a, b := p.A, p.B
+	if !a.Ctx.SetInlineReceive(true) {
+		t.Skip("no inline receive on this system's endpoint")
+	}
+	defer a.Ctx.SetInlineReceive(false)
+	wc := make([]verbs.WC, 1)
+	inline := verbs.SpinPolicy{Polls: 1 << 30, HoldEngine: true, Inline: true}
+	for i := range 100 {
+		mustPost(t, a.QP, verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{a.MR.SGE(0, 64)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()})
+		n, err := a.CQ.WaitSpin(waitCtx(t), wc, inline)
+		if err != nil || n != 1 || wc[0].WRID != uint64(i) || wc[0].Status != verbs.WCSuccess {
+			t.Fatalf("READ %d: WaitSpin = %d, %v, %+v", i, n, err, wc[0])
+		}
+	}
+	// The sleeping waiter: one empty poll, then asleep while the SEND comes.
+	if _, err := a.QP.PostRecv(verbs.RecvWR{WRID: 77, SGList: []verbs.SGE{a.MR.SGE(0, 8)}}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan waitResult, 1)
+	go func() {
+		n, err := a.CQ.WaitSpin(waitCtx(t), wc, verbs.SpinPolicy{Polls: 1, HoldEngine: true, Inline: true})
+		done <- waitResult{n, wc[0], err}
+	}()
+	untilAsleep(t, a.CQ, 1)
+	mustPost(t, b.QP, verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{b.MR.SGE(0, 8)}})
+	if r := <-done; r.err != nil || r.n != 1 || r.wc.WRID != 77 || r.wc.Opcode != verbs.WCRecv {
+		t.Fatalf("sleeping inline WaitSpin = %+v", r)
+	}
+	// Inline receive is on again after the sleep: the spin still reads.
+	mustPost(t, a.QP, verbs.SendWR{WRID: 500, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(0, 64)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()})
+	if n, err := a.CQ.WaitSpin(waitCtx(t), wc, inline); err != nil || n != 1 || wc[0].WRID != 500 {
+		t.Fatalf("READ after the sleep: WaitSpin = %d, %v, %+v", n, err, wc[0])
+	}
+}
+
+// TestCQWaitSpinInlineACK: the ACK of a SEND that an inline spin received
+// waits for the spinner's next post (to share its system call), so it must
+// still leave when the spinner turns inline receive off without posting.
+// The peer's ACK timeout is hours: nothing but that ACK completes its SEND.
+func TestCQWaitSpinInlineACK(t *testing.T) {
+	p := verbstest.NewPair(t, verbstest.Options{Timeout: 31})
+	a, b := p.A, p.B
+	if !a.Ctx.SetInlineReceive(true) {
+		t.Skip("no inline receive on this system's endpoint")
+	}
+	if _, err := a.QP.PostRecv(verbs.RecvWR{WRID: 5, SGList: []verbs.SGE{a.MR.SGE(0, 8)}}); err != nil {
+		t.Fatal(err)
+	}
+	mustPost(t, b.QP, verbs.SendWR{WRID: 6, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{b.MR.SGE(0, 8)}})
+	wc := make([]verbs.WC, 1)
+	n, err := a.CQ.WaitSpin(waitCtx(t), wc, verbs.SpinPolicy{Polls: 1 << 30, Inline: true})
+	if err != nil || n != 1 || wc[0].WRID != 5 {
+		t.Fatalf("WaitSpin = %d, %v, %+v", n, err, wc[0])
+	}
+	a.Ctx.SetInlineReceive(false)
+	n, err = b.CQ.Wait(waitCtx(t), wc)
+	if err != nil || n != 1 || wc[0].WRID != 6 || wc[0].Status != verbs.WCSuccess {
+		t.Fatalf("the peer's SEND: Wait = %d, %v, %+v", n, err, wc[0])
+	}
+}
+
 func TestErrorsMatchStdlib(t *testing.T) {
 	if !errors.Is(verbs.ErrClosed, net.ErrClosed) || !errors.Is(verbs.ErrClosed, verbs.ErrClosed) {
 		t.Fatal("ErrClosed is not net.ErrClosed")

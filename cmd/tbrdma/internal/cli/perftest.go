@@ -1035,6 +1035,7 @@ func (t *perftest) setup(dev *verbs.Context) error {
 	case !o.Kind.bw: // latency tests: busy-poll the CQ and the socket, as perftest polls
 		t.w.Spin = perf.BusySpin
 		t.w.Ctx = dev
+		t.w.Inline = true // the test's loops read the socket while they spin (perf.Waiter.ReceiveInline)
 		hooks.Of(dev).SetBusyPoll(perf.BusyPollWindow)
 	default:
 		// Bandwidth tests at the standard MTU: the receive loops wait in

@@ -44,6 +44,7 @@ func (l *Loop) Lat(ctx context.Context, rem Dest, size int) (LatStats, error) {
 		wr.Opcode = verbs.WRAtomicFetchAndAdd
 		wr.CompareAdd = 1
 	}
+	defer l.W.ReceiveInline()()
 	var first, cur uint64 // the remote value seen by the first atomic; the one expected now
 	bad, i := 0, 0
 	for ; l.Timed != nil || i < l.Iters; i++ {
