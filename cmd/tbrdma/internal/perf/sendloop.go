@@ -121,7 +121,12 @@ func (l *Loop) received(wc *verbs.WC, now time.Time) error {
 func (l *Loop) SendLat(ctx context.Context, size int) (LatStats, error) {
 	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled | l.inline(size), SGList: []verbs.SGE{l.MR.SGE(0, size)}}
 	l.addressUD(&wr, 0)
-	defer l.W.ReceiveInline()()
+	if !l.Server {
+		// The client only: a server through tbrdma serve cannot (its
+		// device is its sessions' in common), and a dedicated server
+		// waits as serve does (issue 18).
+		defer l.W.ReceiveInline()()
+	}
 	if l.Timed != nil {
 		return l.sendLatTimed(ctx, wr, size)
 	}
