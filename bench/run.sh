@@ -40,6 +40,8 @@
 #   FI_RXD_ITERS  -I of fi_pingpong udp rdm 64 B   (default 2000, as the anchors)
 #   SKIP          any of: iperf sockperf libfabric tbrdma cabi engines stream serve qps loss
 #   LOSS_ITERS    -n of the loss section's write-bw 64 KiB / 1 MiB (default 10000 / 600)
+#   QPS_GIB       GiB each run of the qps section moves (default 4: at 1 GiB a run
+#                 lasted a quarter of a second, shorter than this host's swings)
 #   STREAM_BYTES  bytes of each stream/TCP io.Copy   (default 1 GiB)
 #   BENCH_NS_A/_B, BENCH_VETH_A/_B  other namespace and temporary veth names
 #                 (default tbbench-a/-b, tbbnchA/B), for two runs side by side
@@ -59,6 +61,7 @@ REPS=${REPS:-3}
 WB_SECS=${WB_SECS:-5}
 LAT_ITERS=${LAT_ITERS:-5000}
 LOSS_ITERS=${LOSS_ITERS:-10000/600}
+QPS_GIB=${QPS_GIB:-4}
 CPU_CLI=${CPU_CLI:-0}
 CPU_SRV=${CPU_SRV:-1}
 QUIET_WAIT=${QUIET_WAIT:-60}
@@ -588,13 +591,13 @@ run_lib() { skip cabi || measure "$@"; }
 run_eng() { skip engines || measure "$@"; }
 run_stream() { skip stream || measure "$@"; }
 run_serve() { skip serve || skip tbrdma || measure "$@"; }
-# qps_section : write-bw -q 1/2/4/8 at 64 KiB and 1 MiB, 1 GiB per run
+# qps_section : write-bw -q 1/2/4/8 at 64 KiB and 1 MiB, QPS_GIB GiB per run
 # (issue 18: the aggregate with several QPs against one QP's, same run)
 qps_section() {
   local q
   for q in 1 2 4 8; do
-    measure tb_bw qps_write_bw_64KiB_q$q 65536 $((16384 / q)) -q $q
-    measure tb_bw qps_write_bw_1MiB_q$q 1048576 $((1024 / q)) -q $q
+    measure tb_bw qps_write_bw_64KiB_q$q 65536 $((QPS_GIB * 16384 / q)) -q $q
+    measure tb_bw qps_write_bw_1MiB_q$q 1048576 $((QPS_GIB * 1024 / q)) -q $q
   done
 }
 for ((REP = 1; REP <= REPS; REP++)); do
