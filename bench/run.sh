@@ -594,8 +594,11 @@ run_serve() { skip serve || skip tbrdma || measure "$@"; }
 # qps_section : write-bw -q 1/2/4/8 at 64 KiB and 1 MiB, QPS_GIB GiB per run
 # (issue 18: the aggregate with several QPs against one QP's, same run)
 qps_section() {
-  local q
-  for q in 1 2 4 8; do
+  local q order="1 2 4 8"
+  # every other repetition in the reverse order, so that a host that slows
+  # down (or speeds up) within a repetition does not always favour -q 1
+  ((REP % 2 == 0)) && order="8 4 2 1"
+  for q in $order; do
     measure tb_bw qps_write_bw_64KiB_q$q 65536 $((QPS_GIB * 16384 / q)) -q $q
     measure tb_bw qps_write_bw_1MiB_q$q 1048576 $((QPS_GIB * 1024 / q)) -q $q
   done
