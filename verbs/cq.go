@@ -265,6 +265,16 @@ func (cq *CQ) spin(ctx context.Context, wc []WC, p SpinPolicy) (n int, err error
 		(*engineHooks)(cq.ctx).Spinning(true)
 		defer (*engineHooks)(cq.ctx).Spinning(false)
 	}
+	// An inline reader yields after every 16th empty read when the process
+	// has one P (a latency test pinned to its core: nothing else of its
+	// runs meanwhile, and each yield lengthens the polling cycle), after
+	// every one otherwise: with more Ps, goroutines of its own process (a
+	// serve beside it, under load from other processes) waited up to a
+	// millisecond a round trip behind a spinner that seldom yielded.
+	yieldMask := 0
+	if p.Inline && runtime.GOMAXPROCS(0) == 1 {
+		yieldMask = 15
+	}
 	for i := 0; i < p.Polls; i++ {
 		if n, err = cq.Poll(wc); n > 0 || err != nil {
 			return n, err, true
@@ -274,9 +284,9 @@ func (cq *CQ) spin(ctx context.Context, wc []WC, p SpinPolicy) (n int, err error
 		}
 		if p.Inline {
 			// Read the socket instead of yielding to the receive loop
-			// (which waits while inline receive is on); yield only
-			// every 16 empty reads, for the process's other
-			// goroutines, and when another reader had the socket.
+			// (which waits while inline receive is on); yield as
+			// yieldMask says, for the process's other goroutines,
+			// and whenever another reader had the socket.
 			// What the handling queues (the ACK of a SEND that
 			// completes a receive here) is sent by the next round's
 			// flush, or, when this poll returns, by the caller's next
@@ -284,7 +294,7 @@ func (cq *CQ) spin(ctx context.Context, wc []WC, p SpinPolicy) (n int, err error
 			// instead of two, as the receive loop arranges it by
 			// letting a spinner run before its flush (recvLoop).
 			cq.ctx.flush()
-			if k, read := cq.ctx.receiveInline(false); k > 0 || read && i&15 != 15 {
+			if k, read := cq.ctx.receiveInline(false); k > 0 || read && i&yieldMask != yieldMask {
 				continue
 			}
 		}
