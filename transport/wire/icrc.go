@@ -224,17 +224,9 @@ func RecoverIPv4ID(diff uint32, roceLen int) (id uint16, ok bool) {
 	if roceLen < 0 || roceLen > 0xFFFF {
 		return 0, false // no UDP datagram is that long
 	}
-	return idFromRegister(gfMul(diff, cachedXPowInv8(idAfter(roceLen))))
-}
-
-// idAfter is the number of bytes the ICRC covers after the IPv4
-// identification of a packet of roceLen bytes (without the trailer): the
-// rest of the IPv4 header, the UDP header and the UDP payload.
-func idAfter(roceLen int) int { return 14 + udpHdrLen + roceLen }
-
-// idFromRegister reads the two identification bytes back out of r, the
-// zero-initialised CRC register after them (RecoverIPv4ID).
-func idFromRegister(r uint32) (id uint16, ok bool) {
+	after := 14 + udpHdrLen + roceLen
+	r := gfMul(diff, cachedXPowInv8(after))
+	// r is now the zero-initialised CRC register after the two ID bytes.
 	// Reflected table steps from zero: r1 = T[b0]; r2 = (r1>>8) ^ T[(r1^b1)&0xff].
 	k := crcTopInv[r>>24]
 	r1hi := r ^ crc32.IEEETable[k] // = r1>>8

@@ -31,95 +31,6 @@ type ICRCPath struct {
 	lenOf    [2]int // UDP payload lengths (without the trailer) of lenTerm
 	lenTerm  [2]uint32
 	lenNext  int
-	ids      idRecovery
-}
-
-// idRecovery makes Verify's recovery of a packet's IPv4 identification
-// (RecoverIPv4ID) cheap for the lengths a path receives over and over.
-// Every GSO segment but a send's first has an identification other than 0
-// (docs/wire-format.md), so at the 4096-byte MTU nearly every packet needs
-// it, and its multiplication modulo the CRC polynomial, 32 steps, was
-// about 5 % of a receiving core's time. That multiplication is by a
-// constant for each packet length, so for a length that keeps coming a
-// table of the constant's products with each byte value makes it four
-// look-ups. Tables are built for a length only when it needs a recovery
-// twice in a row, and at most once in every tableEvery recoveries, so
-// that traffic whose lengths keep changing costs no more than before.
-type idRecovery struct {
-	tab       [2]*idTable
-	next      int // the slot the next table replaces
-	lastLen   int // the length of the last recovery without a table; -1: none
-	sinceMade int // recoveries since a table was last built
-}
-
-type idTable struct {
-	roceLen int
-	t       [4][256]uint32 // t[k][v] = gfMul(v<<8k, x^-8·idAfter(roceLen))
-}
-
-// tableEvery is the fewest recoveries between two table builds (one costs
-// about a microsecond).
-const tableEvery = 64
-
-func (r *idRecovery) recover(diff uint32, roceLen int) (uint16, bool) {
-	r.sinceMade++
-	for _, t := range r.tab {
-		if t != nil && t.roceLen == roceLen {
-			return idFromRegister(t.t[0][diff&0xff] ^ t.t[1][diff>>8&0xff] ^ t.t[2][diff>>16&0xff] ^ t.t[3][diff>>24])
-		}
-	}
-	if roceLen < 0 || roceLen > 0xFFFF || r.lastLen != roceLen || r.sinceMade < tableEvery {
-		r.lastLen = roceLen
-		return RecoverIPv4ID(diff, roceLen)
-	}
-	t := r.tab[r.next]
-	if t == nil {
-		t = new(idTable)
-		r.tab[r.next] = t
-	}
-	r.next ^= 1
-	t.build(roceLen)
-	r.lastLen, r.sinceMade = -1, 0
-	return r.recover(diff, roceLen)
-}
-
-// build fills t for packets of roceLen bytes: the products of the
-// constant with each single bit, then every byte value of each byte
-// position as the XOR of its lowest bit's product and the rest's.
-func (t *idTable) build(roceLen int) {
-	t.roceLen = roceLen
-	c := cachedXPowInv8(idAfter(roceLen))
-	// In the reflected representation bit 31 is x^0: bit 31-j of the
-	// multiplier is x^j, whose product is c·x^j.
-	var basis [32]uint32 // basis[i] = c·(bit i)
-	b := c
-	for j := 0; j < 32; j++ {
-		basis[31-j] = b
-		if b&1 != 0 {
-			b = b>>1 ^ crcPoly
-		} else {
-			b >>= 1
-		}
-	}
-	for k := range t.t {
-		row := &t.t[k]
-		row[0] = 0
-		for v := 1; v < 256; v++ {
-			low := v & -v
-			row[v] = row[v&^low] ^ basis[8*k+bitIndex(low)]
-		}
-	}
-}
-
-// bitIndex returns the position of the one set bit of a power of two
-// below 256.
-func bitIndex(p int) int {
-	i := 0
-	for p > 1 {
-		p >>= 1
-		i++
-	}
-	return i
 }
 
 // For reports whether p holds the path from src to dst.
@@ -138,10 +49,8 @@ func (p *ICRCPath) Reset(src, dst netip.AddrPort) {
 		h[i], h[i+1] = 0, 0
 	}
 	sa, da := src.Addr().Unmap(), dst.Addr().Unmap()
-	ids := p.ids // keep the tables: they depend on lengths only
-	ids.lastLen = -1
 	*p = ICRCPath{src: src, dst: dst, set: true, is4: is4, base: rawUpdate(^icrcSeed, h[:n]), lenOf: [2]int{-1, -1},
-		mixed: !sa.IsValid() || !da.IsValid() || sa.Is4() != da.Is4(), ids: ids}
+		mixed: !sa.IsValid() || !da.IsValid() || sa.Is4() != da.Is4()}
 }
 
 // lengthOffsets are the offsets of the length fields in the masked IP and
@@ -243,7 +152,7 @@ func (p *ICRCPath) Verify(pkt []byte) (ipID uint16, ok bool) {
 	if !p.is4 {
 		return 0, false // IPv6: every covered field is known, no second chance
 	}
-	return p.ids.recover(want^got, n)
+	return RecoverIPv4ID(want^got, n)
 }
 
 // sum is the ICRC of roce, a UDP payload without its trailer (BTH first).

@@ -105,61 +105,6 @@ func TestICRCPathMatchesICRC(t *testing.T) {
 	}
 }
 
-// TestICRCPathRecoversIDs: one receiving path verifies a long run of IPv4
-// packets whose identification is not 0, of a few lengths that come in runs
-// (so the recovery tables are built, used and replaced) and of lengths that
-// change every packet, sound and with a flipped bit, and agrees with
-// VerifyICRC on every one.
-func TestICRCPathRecoversIDs(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, 6))
-	src := netip.MustParseAddrPort("198.18.0.2:49152")
-	dst := netip.MustParseAddrPort("198.18.0.3:4791")
-	var p ICRCPath
-	p.Reset(src, dst)
-	sizes := []int{64, 1024, 4096, 4096 + 16}
-	n, run, tables := 0, 0, 0
-	for i := range 20000 {
-		if run == 0 {
-			n, run = sizes[rng.IntN(len(sizes))], 1+rng.IntN(300)
-			if rng.IntN(4) == 0 { // a stretch of lengths that never repeat
-				n, run = -1, 1+rng.IntN(200)
-			}
-		}
-		run--
-		size := n
-		if size < 0 {
-			size = rng.IntN(9000)
-		}
-		id := uint16(1 + rng.IntN(63))
-		if rng.IntN(8) == 0 {
-			id = uint16(rng.Uint32())
-		}
-		pkt := make([]byte, BTHSize+size+ICRCSize)
-		for j := range len(pkt) - ICRCSize {
-			pkt[j] = byte(rng.Uint32())
-		}
-		pkt[1] &^= 0x30 // no pad
-		PutICRC(pkt, src, dst, id)
-		if rng.IntN(5) == 0 {
-			j := rng.IntN(len(pkt))
-			if j == 4 { // BTH byte 4 is masked: not covered
-				j++
-			}
-			pkt[j] ^= 1 << rng.IntN(8)
-		}
-		wantID, wantOK := VerifyICRC(pkt, src, dst)
-		if gotID, gotOK := p.Verify(pkt); gotID != wantID || gotOK != wantOK {
-			t.Fatalf("packet %d (%d bytes, id %d): Verify = %d %v, VerifyICRC = %d %v", i, len(pkt), id, gotID, gotOK, wantID, wantOK)
-		}
-		if p.ids.lastLen == -1 && p.ids.sinceMade == 1 {
-			tables++
-		}
-	}
-	if tables < 10 {
-		t.Errorf("%d recovery tables built, want the runs of one length to build some", tables)
-	}
-}
-
 func TestICRCPathNoAllocs(t *testing.T) {
 	src := netip.MustParseAddrPort("198.18.0.2:4791")
 	dst := netip.MustParseAddrPort("198.18.0.3:4791")
@@ -174,32 +119,6 @@ func TestICRCPathNoAllocs(t *testing.T) {
 		p.PutParts(hdr, pkt, tail, 3)
 	}); n != 0 {
 		t.Errorf("allocs = %v, want 0", n)
-	}
-}
-
-// BenchmarkICRCPathVerifyGSO: the receiver's check of packets from GSO
-// sends, whose identifications run 0, 1, … 63.
-func BenchmarkICRCPathVerifyGSO(b *testing.B) {
-	src := netip.MustParseAddrPort("198.18.0.2:4791")
-	dst := netip.MustParseAddrPort("198.18.0.3:4791")
-	for _, n := range []int{64, 4096} {
-		pkts := make([][]byte, 64)
-		for id := range pkts {
-			pkts[id] = make([]byte, BTHSize+n+ICRCSize)
-			PutICRC(pkts[id], src, dst, uint16(id))
-		}
-		b.Run(strconv.Itoa(n), func(b *testing.B) {
-			var p ICRCPath
-			p.Reset(src, dst)
-			b.SetBytes(int64(n))
-			i := 0
-			for b.Loop() {
-				if id, ok := p.Verify(pkts[i&63]); !ok || int(id) != i&63 {
-					b.Fatal(id, ok)
-				}
-				i++
-			}
-		})
 	}
 }
 
