@@ -238,9 +238,7 @@ func (cq *CQ) WaitSpin(ctx context.Context, wc []WC, p SpinPolicy) (int, error) 
 		}
 	}
 	if p.Inline {
-		// SetInlineReceive(false) also sends what the spin queued.
-		cq.ctx.SetInlineReceive(false)
-		defer cq.ctx.SetInlineReceive(true)
+		defer cq.ctx.pauseInline()()
 	}
 	// The CQ's channel cannot close while the CQ is open, so closing the
 	// CQ (which closes wake) is what ends a Wait early.

@@ -111,6 +111,23 @@ func (c *Context) SetInlineReceive(on bool) bool {
 	return true
 }
 
+// pauseInline turns the caller's inline receive off while a WaitSpin with
+// SpinPolicy.Inline sleeps (SetInlineReceive(false), which also sends what
+// the spin left queued); the returned func turns it on again. With inline
+// receive off (Inline set by a caller that never turned it on) it does
+// nothing, so that the wake-up does not turn it on for nobody.
+func (c *Context) pauseInline() (resume func()) {
+	s := &c.in
+	s.mu.Lock()
+	on := s.n > 0
+	s.mu.Unlock()
+	if !on {
+		return func() {}
+	}
+	c.SetInlineReceive(false)
+	return func() { c.SetInlineReceive(true) }
+}
+
 // ReceiveInline reads the packets queued on the context's socket, without
 // waiting, and handles them in the caller's goroutine, as the receive loop
 // would; it returns how many it handled. It does nothing (0) unless inline

@@ -341,6 +341,35 @@ func TestCQWaitSpinInlineACK(t *testing.T) {
 	}
 }
 
+// TestCQWaitSpinInlineNotOn: SpinPolicy.Inline from a caller that never
+// turned inline receive on must not leave it on after a sleep (the receive
+// loop would then wait for a reader that never comes): completions keep
+// arriving through the receive loop afterwards.
+func TestCQWaitSpinInlineNotOn(t *testing.T) {
+	p := verbstest.NewPair(t, verbstest.Options{})
+	a, b := p.A, p.B
+	wc := make([]verbs.WC, 1)
+	for i := range 2 {
+		if _, err := a.QP.PostRecv(verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{a.MR.SGE(0, 8)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan waitResult, 1)
+	go func() {
+		n, err := a.CQ.WaitSpin(waitCtx(t), wc, verbs.SpinPolicy{Polls: 1, Inline: true})
+		done <- waitResult{n, wc[0], err}
+	}()
+	untilAsleep(t, a.CQ, 1)
+	mustPost(t, b.QP, verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{b.MR.SGE(0, 8)}})
+	if r := <-done; r.err != nil || r.n != 1 || r.wc.WRID != 0 {
+		t.Fatalf("WaitSpin = %+v", r)
+	}
+	mustPost(t, b.QP, verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{b.MR.SGE(0, 8)}})
+	if n, err := a.CQ.Wait(waitCtx(t), wc); err != nil || n != 1 || wc[0].WRID != 1 {
+		t.Fatalf("the next Wait = %d, %v, %+v", n, err, wc[0])
+	}
+}
+
 func TestErrorsMatchStdlib(t *testing.T) {
 	if !errors.Is(verbs.ErrClosed, net.ErrClosed) || !errors.Is(verbs.ErrClosed, verbs.ErrClosed) {
 		t.Fatal("ErrClosed is not net.ErrClosed")
