@@ -428,7 +428,7 @@ func (c *udpConn) drain(msgs []Message) int {
 			seg = groSegment(r.ctrl[r.next*r.ctrlLen:][:min(int(h.Hdr.Controllen), r.ctrlLen)])
 		}
 		if seg <= 0 || seg >= size {
-			if c.accept(&r.t, &r.icrc, buf, src, &msgs[n]) {
+			if c.accept(&r.t, &r.icrc, buf, src, &msgs[n], 0) {
 				n++
 			}
 			r.next++
@@ -436,7 +436,8 @@ func (c *udpConn) drain(msgs []Message) int {
 		}
 		for r.off < size && n < len(msgs) {
 			end := min(r.off+seg, size)
-			if c.accept(&r.t, &r.icrc, buf[r.off:end:end], src, &msgs[n]) {
+			// The segment's index is its likely IPv4 ID (VerifyExpect).
+			if c.accept(&r.t, &r.icrc, buf[r.off:end:end], src, &msgs[n], uint16(r.off/seg)) {
 				n++
 			}
 			r.off = end

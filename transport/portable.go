@@ -34,7 +34,7 @@ func (c *udpConn) readPortable(s *portableState, msgs []Message) (int, error) {
 		if n > c.maxPkt {
 			s.t.drops[wire.ReasonPayload]++ // larger than MaxPacketSize
 		} else {
-			ok = c.accept(&s.t, &s.icrc, s.rbuf[:n:n], src, &msgs[0])
+			ok = c.accept(&s.t, &s.icrc, s.rbuf[:n:n], src, &msgs[0], 0)
 		}
 		c.ctr.addIn(&s.t)
 		if ok {

@@ -356,7 +356,7 @@ func (c *udpConn) setOffloads(f func(*Offloads)) {
 // accept checks one received packet and fills m. It counts a drop in t and
 // returns false for a packet to drop. path is the reader's ICRC share for
 // the last source it checked.
-func (c *udpConn) accept(t *tally, path *wire.ICRCPath, pkt []byte, src netip.AddrPort, m *Message) bool {
+func (c *udpConn) accept(t *tally, path *wire.ICRCPath, pkt []byte, src netip.AddrPort, m *Message, idGuess uint16) bool {
 	if len(pkt) < wire.BTHSize+wire.ICRCSize {
 		t.drops[wire.ReasonShort]++
 		return false
@@ -367,7 +367,7 @@ func (c *udpConn) accept(t *tally, path *wire.ICRCPath, pkt []byte, src netip.Ad
 		if !path.For(src, c.laddr) {
 			path.Reset(src, c.laddr)
 		}
-		if id, ok = path.Verify(pkt); !ok {
+		if id, ok = path.VerifyExpect(pkt, idGuess); !ok {
 			t.drops[wire.ReasonICRC]++
 			return false
 		}

@@ -122,6 +122,62 @@ func TestICRCPathNoAllocs(t *testing.T) {
 	}
 }
 
+// TestVerifyExpect: whatever the guess, VerifyExpect finds the ID a
+// packet was sent with and rejects a damaged packet, as Verify does; on
+// IPv6 it ignores the guess.
+func TestVerifyExpect(t *testing.T) {
+	for _, e := range [][2]string{{"198.18.0.2:4791", "198.18.0.3:4791"}, {"[fe80::1]:4791", "[fe80::2]:4791"}} {
+		src, dst := netip.MustParseAddrPort(e[0]), netip.MustParseAddrPort(e[1])
+		var p ICRCPath
+		p.Reset(src, dst)
+		for _, n := range []int{16, 4096} {
+			pkt := make([]byte, BTHSize+n+ICRCSize)
+			for i := range pkt {
+				pkt[i] = byte(i * 7)
+			}
+			pkt[1] = 0 // no pad
+			for _, id := range []uint16{0, 1, 14, 63, 64, 0xBEEF} {
+				if src.Addr().Is6() && id != 0 {
+					continue // no ID on IPv6
+				}
+				PutICRC(pkt, src, dst, id)
+				for _, guess := range []uint16{0, 1, 14, 63, 64, 0xBEEF, id} {
+					if got, ok := p.VerifyExpect(pkt, guess); !ok || got != id {
+						t.Errorf("%v, %d bytes, ID %d, guess %d: VerifyExpect = %d, %v; want %d, true", src, n, id, guess, got, ok, id)
+					}
+					pkt[BTHSize+n/2] ^= 0x10
+					if got, ok := p.VerifyExpect(pkt, guess); ok {
+						t.Errorf("%v, %d bytes, ID %d, guess %d: damaged packet accepted (ID %d)", src, n, id, guess, got)
+					}
+					pkt[BTHSize+n/2] ^= 0x10
+				}
+			}
+		}
+	}
+}
+
+func BenchmarkICRCPathVerify(b *testing.B) {
+	src := netip.MustParseAddrPort("198.18.0.2:4791")
+	dst := netip.MustParseAddrPort("198.18.0.3:4791")
+	pkt := make([]byte, BTHSize+4096+ICRCSize)
+	for _, c := range []struct {
+		name      string
+		id, guess uint16
+	}{{"id0", 0, 0}, {"guessed", 5, 5}, {"recovered", 5, 0}} {
+		PutICRC(pkt, src, dst, c.id)
+		b.Run(c.name+"/4096", func(b *testing.B) {
+			var p ICRCPath
+			p.Reset(src, dst)
+			b.SetBytes(int64(len(pkt)))
+			for b.Loop() {
+				if id, ok := p.VerifyExpect(pkt, c.guess); !ok || id != c.id {
+					b.Fatal(id, ok)
+				}
+			}
+		})
+	}
+}
+
 func BenchmarkICRCPath(b *testing.B) {
 	src := netip.MustParseAddrPort("198.18.0.2:4791")
 	dst := netip.MustParseAddrPort("198.18.0.3:4791")
@@ -162,6 +218,11 @@ func FuzzICRCPath(f *testing.F) {
 		g1, ok1 := VerifyICRC(pkt, src, dst)
 		if g2, ok2 := back.Verify(pkt); g1 != g2 || ok1 != ok2 {
 			t.Fatalf("Verify %d %v, VerifyICRC %d %v", g2, ok2, g1, ok1)
+		}
+		for _, guess := range []uint16{id, uint16(split), g1 + 1} {
+			if g2, ok2 := back.VerifyExpect(pkt, guess); g1 != g2 || ok1 != ok2 {
+				t.Fatalf("VerifyExpect(guess %d) %d %v, VerifyICRC %d %v", guess, g2, ok2, g1, ok1)
+			}
 		}
 		if len(pkt) < BTHSize+ICRCSize {
 			return
