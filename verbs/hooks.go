@@ -35,7 +35,9 @@ func (h *engineHooks) Spinning(on bool) {
 		d = -1
 	}
 	h.spinners.Add(int32(d))
-	hooks.HoldBusyPollOf(h.conn, d)
+	if h.busyHold != nil {
+		h.busyHold.HoldBusyPoll(d)
+	}
 }
 
 func (h *engineHooks) SetKernelWait(d time.Duration) (bool, error) {

@@ -841,13 +841,22 @@ func (qp *QP) fail(status WCStatus, now time.Time) {
 // --- timers -------------------------------------------------------------------
 
 // rearm schedules the QP's timer for the earliest pending deadline.
+//
+// It is lazy, as kernels' retransmit timers are: a timer that would fire
+// at or before the deadline is left as it is (when it fires, onTimer finds
+// nothing due and arms it for the real deadline), and one left with no
+// deadline at all is not stopped (it fires once for nothing). A round trip
+// of a latency test (each request completes before the next is posted)
+// used to stop the timer at the completion and start it again at the post,
+// ~80 ns of the round trip's path; now the timer fires about once per
+// probe interval or ACK timeout instead.
 func (qp *QP) rearm(now time.Time) {
 	at := qp.req.deadline()
-	if at.IsZero() || qp.state != QPStateRTS && qp.state != QPStateSQD {
+	if qp.state != QPStateRTS && qp.state != QPStateSQD {
 		qp.stopTimer()
 		return
 	}
-	if at.Equal(qp.timerAt) {
+	if at.IsZero() || !qp.timerAt.IsZero() && !qp.timerAt.After(at) {
 		return
 	}
 	qp.timerAt = at
