@@ -740,16 +740,17 @@ else:
 
 # (name, numerator, denominator (key or constant), target op, target, note)
 R = [
-    ('write-bw 1 MiB, large segments / iperf3 UDP 65000 B received', 'write_bw_1MiB_large.bw', 'iperf3_udp65000.recv', '>=', 0.75,
+    # targets as issue 18 raised them (0.75 / 0.6 / 1.5 before)
+    ('write-bw 1 MiB, large segments / iperf3 UDP 65000 B received', 'write_bw_1MiB_large.bw', 'iperf3_udp65000.recv', '>=', 0.9,
      'tbrdma extension: both ends pass --large-segments and agree on 61440-byte packets'),
-    ('write-bw 1 MiB, IB MTU 4096 / iperf3 UDP 65000 B received', 'write_bw_1MiB.bw', 'iperf3_udp65000.recv', '>=', 0.6,
+    ('write-bw 1 MiB, IB MTU 4096 / iperf3 UDP 65000 B received', 'write_bw_1MiB.bw', 'iperf3_udp65000.recv', '>=', 0.7,
      'the standard path (what rdma_rxe peers use), GSO/GRO batched'),
     ('best write-bw 1 MiB / libfabric tcp fi_pingpong 1 MiB', 'write_bw_1MiB_large.bw', fitcp, '>=', 1.5, fitcp_note),
     ('read-lat 64 B event (-e) t_typical / sockperf 64 B blocking p50 RTT', 'read_lat_64B_event.t_typical',
      'sockperf_udp64_block.rtt_p50', '<=', 1.3, 'both are full round trips'),
     ('read-lat 64 B busy-poll t_typical / sockperf 64 B busy-poll p50 RTT', 'read_lat_64B_poll.t_typical',
-     'sockperf_udp64_poll.rtt_p50', '<=', 1.5,
-     'tbrdma polls the CQ and its receive loop polls the socket (2 ms window); sockperf busy-polls both ends'),
+     'sockperf_udp64_poll.rtt_p50', '<=', 1.3,
+     'tbrdma\'s client polls the CQ and reads the socket inline, the server\'s receive loop polls it (2 ms window); sockperf busy-polls both ends'),
     ('write-lat 64 B t_typical / libfabric udp;ofi_rxd 64 B one-way', 'write_lat_64B.t_typical', firxd, '<=', 0.5, firxd_note),
     ('io.Copy over a stream.Conn (default: large segments) / over a TCP connection', 'stream_copy_large.bw', 'tcp_copy.bw', '>=', 1.5,
      'bench/streamcopy -segments, STREAM_BYTES (1 GiB) one way, half-closed, until the receiver is done; 16 x 256 KiB rings, CRC-32C both ends; 61440-byte packets, what a stream uses by default on this link'),
