@@ -848,7 +848,7 @@ func (qp *QP) fail(status WCStatus, now time.Time) {
 // deadline at all is not stopped (it fires once for nothing). A round trip
 // of a latency test (each request completes before the next is posted)
 // used to stop the timer at the completion and start it again at the post,
-// ~80 ns of the round trip's path; now the timer fires about once per
+// ~65 ns of the round trip's path; now the timer fires about once per
 // probe interval or ACK timeout instead.
 func (qp *QP) rearm(now time.Time) {
 	at := qp.req.deadline()
