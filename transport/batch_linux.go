@@ -96,15 +96,22 @@ type recvState struct {
 	ctrl    []byte // ctrlLen bytes per slot when GRO is on
 	ctrlLen int
 	bufs    [][]byte
-	want    int           // datagrams to ask recvmmsg for
-	got     int           // datagrams it returned
-	err     error         // its error
-	next    int           // first datagram not yet handed out
-	off     int           // offset of the next GRO segment in datagram next
-	icrc    wire.ICRCPath // the ICRC's share for the last source accept checked
-	fn      func(fd uintptr) bool
-	t       tally
-	last    int64 // monotonic ns of the last recvmmsg that returned data (busy polling)
+	want    int // datagrams to ask recvmmsg for
+	got     int // datagrams it returned
+	// dirty bounds the headers recvmmsg may have written since they were
+	// last made ready (it writes those of the datagrams it returns): only
+	// they are made ready again, not all 64 before every busy poll.
+	dirty int
+	// idle: the last call found the socket empty. The next one asks for
+	// one datagram (pollWant).
+	idle bool
+	err  error         // its error
+	next int           // first datagram not yet handed out
+	off  int           // offset of the next GRO segment in datagram next
+	icrc wire.ICRCPath // the ICRC's share for the last source accept checked
+	fn   func(fd uintptr) bool
+	t    tally
+	last int64 // monotonic ns of the last recvmmsg that returned data (busy polling)
 }
 
 // sendState belongs to the one goroutine in WriteBatch.
@@ -190,6 +197,7 @@ func (c *udpConn) initSys(o *Options) error {
 			h.Control = &r.ctrl[i*r.ctrlLen]
 		}
 	}
+	r.dirty = n // none is ready yet
 	r.fn = c.recvmmsg
 	s.tryFn = func(fd uintptr) { c.recvmmsgOnce(fd) }
 
@@ -230,8 +238,9 @@ func (c *udpConn) recvmmsg(fd uintptr) bool {
 			n, e = c.kernelWait(fd)
 		} else if spins > 0 {
 			// A busy poll's retry: never blocks, so skip the runtime's
-			// system-call bookkeeping (the P is busy anyway).
-			n, _, e = unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), unix.MSG_DONTWAIT, 0, 0)
+			// system-call bookkeeping (the P is busy anyway); it asks for
+			// one datagram (pollWant).
+			n, _, e = unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), 1, unix.MSG_DONTWAIT, 0, 0)
 		} else {
 			n, _, e = unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), unix.MSG_DONTWAIT, 0, 0)
 		}
@@ -369,17 +378,30 @@ func (c *udpConn) recvmmsgOnce(fd uintptr) {
 	}
 }
 
+// pollWant is how many datagrams a recvmmsg asks for right after one that
+// found the socket empty (a busy poll's retry, a try after an empty try).
+// Polled traffic is mostly one request or response at a time, and a
+// recvmmsg that has one datagram goes on to try for the next: a second
+// pass through the socket layer that fails. Asking for one saves it
+// (read-lat busy poll, both ends: 3.5 % more round trips, A/B within one
+// run); the rest of a burst comes with the next call, which asks for the
+// full batch again.
+const pollWant = 1
+
 func (c *udpConn) readBatchWith(msgs []Message, try bool) (int, error) {
 	r := &c.sys.rd
 	for {
 		if r.next >= r.got {
-			r.want = min(len(msgs), len(r.hdrs))
-			for i := range r.want {
+			for i := range r.dirty {
 				h := &r.hdrs[i]
 				h.Hdr.Namelen = unix.SizeofSockaddrInet6
 				h.Hdr.SetControllen(r.ctrlLen)
 				h.Hdr.Flags = 0
 				h.Len = 0
+			}
+			r.want = min(len(msgs), len(r.hdrs))
+			if r.idle {
+				r.want = pollWant
 			}
 			r.got, r.next, r.off = 0, 0, 0
 			if try {
@@ -393,7 +415,9 @@ func (c *udpConn) readBatchWith(msgs []Message, try bool) (int, error) {
 				return 0, err
 			}
 			c.ctr.readCalls.Add(1)
+			r.dirty, r.idle = r.got, r.got == 0 && r.err == nil
 			if r.err != nil {
+				r.dirty = r.want
 				return 0, fmt.Errorf("transport: %w", os.NewSyscallError("recvmmsg", r.err))
 			}
 			if r.got == 0 { // tryReadBatch: nothing queued

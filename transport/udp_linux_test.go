@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net/netip"
 	"os"
@@ -223,5 +224,109 @@ func TestIPv6ZeroChecksum(t *testing.T) {
 	got := readN(t, b, 1)
 	if string(got[0].Buf) != string(pkt) || got[0].Addr != src {
 		t.Errorf("got %d bytes from %v", len(got[0].Buf), got[0].Addr)
+	}
+}
+
+// Inline tries that find the socket empty, then bursts: every packet comes
+// out once, in order and whole, whatever the previous calls left in their
+// receive headers (a lone datagram's empty control buffer before a GRO
+// datagram that needs one, a truncated datagram's flag), and a try after an
+// empty one hands out one datagram (with GRO: its segments) and the next
+// call the rest.
+func TestTryReadAfterEmpty(t *testing.T) {
+	t.Run("gro", func(t *testing.T) {
+		// Runs of equal 1000-byte packets leave as one GSO send and arrive
+		// as one GRO datagram; the 64-byte ones alone.
+		testTryReadAfterEmpty(t, nil, 0, [][]int{
+			{64},
+			{1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000},
+			{64, 64, 64},
+			{1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000},
+			{64},
+			{1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000},
+		})
+	})
+	t.Run("no-gro", func(t *testing.T) {
+		testTryReadAfterEmpty(t, &Options{DisableGRO: true, DisableGSO: true, MaxPacketSize: 1024}, 1, [][]int{
+			{1000, 2000, 10, 900, 512}, // the 2000-byte one is truncated (MaxPacketSize 1024): dropped
+			{64, 64, 64, 1000, 64, 64, 3},
+			{700},
+			{1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000},
+		})
+	})
+}
+
+// testTryReadAfterEmpty sends each round's packets (of these payload sizes)
+// to an endpoint opened with o after a try that finds nothing; firstN, if
+// not 0, is how many packets the first try that finds some must hand out.
+func testTryReadAfterEmpty(t *testing.T, o *Options, firstN int, rounds [][]int) {
+	a := open(t, addrA, o)
+	b := open(t, addrB, o)
+	in, ok := b.(*udpConn).InlineReader()
+	if !ok {
+		t.Fatal("no InlineReader")
+	}
+	msgs := make([]Message, b.BatchSize())
+	try := func() []Message {
+		t.Helper()
+		n, err := in.TryReadBatch(msgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msgs[:n]
+	}
+	// waitQueued tries until something is queued and returns what that try
+	// handed out (a try may race the delivery).
+	waitQueued := func() []Message {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+			if got := try(); len(got) > 0 {
+				return got
+			}
+		}
+		t.Fatal("nothing arrived within 5 s")
+		return nil
+	}
+	psn, drops := uint32(0), uint64(0)
+	for round, sizes := range rounds {
+		if got := try(); len(got) != 0 {
+			t.Fatalf("round %d: %d packets before any was sent", round, len(got))
+		}
+		var sent []Message
+		var want [][]byte
+		for _, n := range sizes {
+			psn++
+			m := Message{Buf: testPacket(wire.SendOnly, psn, n), Addr: addrB}
+			sent = append(sent, m)
+			if o != nil && o.MaxPacketSize > 0 && len(m.Buf) > o.MaxPacketSize {
+				drops++
+				continue
+			}
+			want = append(want, m.Buf)
+		}
+		if _, err := a.WriteBatch(sent); err != nil {
+			t.Fatal(err)
+		}
+		var got [][]byte
+		for i := 0; len(got) < len(want); i++ {
+			q := waitQueued()
+			if i == 0 && firstN != 0 && len(q) != firstN {
+				t.Errorf("round %d: a try after an empty one handed out %d packets, want %d", round, len(q), firstN)
+			}
+			for _, m := range q {
+				got = append(got, bytes.Clone(m.Buf))
+			}
+		}
+		for i := range want {
+			if i >= len(got) || !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("round %d: packet %d of %d is not the one sent in that place (%d packets out, stats %+v)", round, i, len(want), len(got), b.Stats())
+			}
+		}
+		if len(got) != len(want) {
+			t.Fatalf("round %d: %d packets out, %d sent", round, len(got), len(want))
+		}
+	}
+	if d := b.Stats().Drops[wire.ReasonPayload]; d != drops {
+		t.Errorf("payload drops = %d, want %d", d, drops)
 	}
 }
