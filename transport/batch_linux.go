@@ -96,8 +96,15 @@ type recvState struct {
 	ctrl    []byte // ctrlLen bytes per slot when GRO is on
 	ctrlLen int
 	bufs    [][]byte
-	want    int // datagrams to ask recvmmsg for
-	got     int // datagrams it returned
+	want    int           // datagrams to ask recvmmsg for
+	got     int           // datagrams it returned
+	err     error         // its error
+	next    int           // first datagram not yet handed out
+	off     int           // offset of the next GRO segment in datagram next
+	icrc    wire.ICRCPath // the ICRC's share for the last source accept checked
+	fn      func(fd uintptr) bool
+	t       tally
+	last    int64 // monotonic ns of the last recvmmsg that returned data (busy polling)
 	// dirty bounds the headers recvmmsg may have written since they were
 	// last made ready (it writes those of the datagrams it returns): only
 	// they are made ready again, not all 64 before every busy poll.
@@ -105,13 +112,6 @@ type recvState struct {
 	// idle: the last call found the socket empty. The next one asks for
 	// one datagram (pollWant).
 	idle bool
-	err  error         // its error
-	next int           // first datagram not yet handed out
-	off  int           // offset of the next GRO segment in datagram next
-	icrc wire.ICRCPath // the ICRC's share for the last source accept checked
-	fn   func(fd uintptr) bool
-	t    tally
-	last int64 // monotonic ns of the last recvmmsg that returned data (busy polling)
 }
 
 // sendState belongs to the one goroutine in WriteBatch.
