@@ -91,15 +91,16 @@ func xPowModP(n int) uint64 {
 	return uint64(bits.Reverse32(uint32(r))) << 1
 }
 
+// hasVPCLMULQDQ reports CPUID's VPCLMULQDQ bit (leaf 7, ECX bit 10).
 func hasVPCLMULQDQ() bool {
-	if max, _, _, _ := cpuid(0, 0); max < 7 {
+	if top, _, _, _ := cpuid(0, 0); top < 7 {
 		return false
 	}
 	_, _, ecx, _ := cpuid(7, 0)
 	return ecx&(1<<10) != 0
 }
 
-// foldMin is the shortest input ieeeFold4 takes over from hash/crc32 for.
+// foldMin is the shortest input the folds take over from hash/crc32 for.
 const foldMin = 1024
 
 // crcUpdate is crc32.Update(crc, crc32.IEEETable, p).
