@@ -35,8 +35,8 @@ const (
 	foldAVX512        // ieeeFold4
 )
 
-// foldConstants holds the multipliers of ieeeFold4: step folds each
-// 128-bit lane forward by 2048 bits (the four accumulators), lanes[j]
+// foldConstants holds the multipliers of ieeeFold4 and ieeeFold8: step
+// folds each 128-bit lane forward by 2048 bits (the sixteen lanes), lanes[j]
 // moves lane j of the final 256 bytes forward by (15-j)*128 bits.
 type foldConstants struct {
 	step  [4][2]uint64
