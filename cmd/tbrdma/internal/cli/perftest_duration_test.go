@@ -5,15 +5,19 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/perf"
 	"github.com/tbrdma/tbrdma/cmd/tbrdma/internal/ui"
+	"github.com/tbrdma/tbrdma/transport"
+	"github.com/tbrdma/tbrdma/verbs"
 )
 
 // timedRow matches a bandwidth row of a timed run (any count, peak
@@ -341,5 +345,111 @@ func TestServeHostsLatDuration(t *testing.T) {
 		}
 		latDurIters(t, k.name, out.String(), k.defSize)
 		waitServeLog(t, errOf, k.name+": "+itoa(k.defSize)+" bytes, -D 1s")
+	}
+}
+
+// psn24 reads a BTH's PSN (bytes 9-11).
+func psn24(b []byte) uint32 { return uint32(b[9])<<16 | uint32(b[10])<<8 | uint32(b[11]) }
+
+// slowWrites is a server endpoint whose RC WRITE requests leave late, as
+// a slow peer's do (perftest on an emulated guest), while the rest goes
+// at once; it keeps the last request's PSN.
+type slowWrites struct {
+	transport.Conn
+	delay time.Duration
+	mu    sync.Mutex   // one WriteBatch at a time: the engine's or a timer's
+	last  atomic.Int64 // the last WRITE's PSN, -1 before one
+}
+
+func (s *slowWrites) WriteBatch(msgs []transport.Message) (int, error) {
+	now := make([]transport.Message, 0, len(msgs))
+	for _, m := range msgs {
+		// RDMA_WRITE_FIRST (0x06) .. RDMA_WRITE_ONLY_WITH_IMMEDIATE (0x0b)
+		if b := m.Buf; len(b) >= 12 && b[0] >= 0x06 && b[0] <= 0x0b {
+			s.last.Store(int64(psn24(b)))
+			m.Buf, m.Payload = bytes.Clone(m.Buf), bytes.Clone(m.Payload)
+			time.AfterFunc(s.delay, func() { s.write([]transport.Message{m}) })
+			continue
+		}
+		now = append(now, m)
+	}
+	if _, err := s.write(now); err != nil {
+		return 0, err
+	}
+	return len(msgs), nil
+}
+
+func (s *slowWrites) write(msgs []transport.Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.Conn.WriteBatch(msgs)
+}
+
+// ackSeen is a client endpoint that keeps the PSN of the last ACK it sent.
+type ackSeen struct {
+	transport.Conn
+	last atomic.Int64 // -1 before one
+}
+
+func (a *ackSeen) WriteBatch(msgs []transport.Message) (int, error) {
+	for _, m := range msgs {
+		if b := m.Buf; len(b) >= 12 && b[0] == 0x11 { // RC ACKNOWLEDGE
+			a.last.Store(int64(psn24(b)))
+		}
+	}
+	return a.Conn.WriteBatch(msgs)
+}
+
+// TestWriteLatTimedClientWaitsForServer: a timed write-lat client whose
+// clock ends while the server's answer to its last WRITE is on the way
+// keeps its QP answering until the server is done, so that WRITE is
+// acknowledged. Stock perftest's server waits for that completion without
+// looking at its clock: a client gone at once left it retrying until the
+// retries ran out (interop's write-lat-D-tbclient against a slow guest).
+// Here the server runs longer than the client (-D 2 and 1: a client
+// without tbrdma's test hint, as a stock one, is not held to the server's
+// -D) and its WRITEs leave 400 ms late, so the client's run ends in the
+// middle of its third wait for one (0.8-1.2 s), and the server's run is
+// not over. The server's ACK timeout (--qp-timeout 18, 1.07 s) is far
+// above the delay.
+func TestWriteLatTimedClientWaitsForServer(t *testing.T) {
+	if raceEnabled {
+		t.Skip("write-lat polls memory the engine writes: a data race by design, as in perftest")
+	}
+	sa, ca := loopbackAddr(), loopbackAddr()
+	sf, so1, se1 := testFactory()
+	cf, co1, ce1 := testFactory()
+	slow := &slowWrites{delay: 400 * time.Millisecond}
+	slow.last.Store(-1)
+	sf.OpenDevice = func(a netip.Addr) (*verbs.Context, error) {
+		return openDeviceWith(a, nil, func(c transport.Conn) transport.Conn { slow.Conn = c; return slow })
+	}
+	acks := &ackSeen{}
+	acks.last.Store(-1)
+	cf.OpenDevice = func(a netip.Addr) (*verbs.Context, error) {
+		return openDeviceWith(a, nil, func(c transport.Conn) transport.Conn { acks.Conn = c; return acks })
+	}
+	so := parsePerftest(t, sf, writeLatTest, "--bind", sa.String(), "-p", "0", "-D", "2", "-s", "32", "--qp-timeout", "18")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	port, serrc := startServer(t, ctx, so)
+	co := parsePerftest(t, cf, writeLatTest, "--bind", ca.String(), "-p", itoa(port), "-D", "1", "-s", "32", sa.String())
+	co.wrapConn = func(c net.Conn) net.Conn { return &noHintConn{Conn: c} }
+	cerr := runPerftest(ctx, co)
+	serr := <-serrc
+	if cerr != nil || serr != nil {
+		t.Fatalf("client: %v; server: %v\nclient stderr: %s\nserver stderr: %s", cerr, serr, ce1, se1)
+	}
+	latDurIters(t, "client", co1.String(), 32)
+	latDurIters(t, "server", so1.String(), 32)
+	w, a := slow.last.Load(), acks.last.Load()
+	if w < 0 || a < 0 || (uint32(a)-uint32(w))&0xffffff >= 1<<23 {
+		t.Errorf("the server's last WRITE (PSN %#x) was not acknowledged (the client's last ACK: PSN %#x): the client stopped answering before the server was done", w, a)
+	}
+	if s := ce1.String() + se1.String(); s != "" {
+		t.Errorf("stderr: %s", s)
 	}
 }

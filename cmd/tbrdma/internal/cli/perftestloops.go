@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -231,31 +232,45 @@ func (t *perftest) runWriteLat(ctx context.Context, rem perf.Dest) error {
 	return t.awaitPeerDone(ctx)
 }
 
-// peerDoneTimeout bounds how long write-lat's server waits for the client
-// to close the TCP connection after the last WRITE.
+// peerDoneTimeout bounds how long write-lat waits for the peer to close
+// the TCP connection after the run.
 const peerDoneTimeout = 10 * time.Second
 
-// awaitPeerDone is write-lat's end of test. The server sees the client's
-// last WRITE land before the client has the ACK for it; closing the device
-// then would leave a lost ACK (or a retransmitted WRITE) unanswered and
-// fail the client's last WRITE. The client closes the TCP connection only
-// once that WRITE has completed, which is what perftest does too (its
-// client's FIN follows the last ACK in testdata/rxe/write_lat.pcap), so
-// the server reads the connection until EOF before it closes the device.
-// The client has nothing to wait for: the server's last WRITE completed
-// before the client's last one was posted. With -R there is no TCP
-// connection: the server waits for the client's rdma_cm disconnect, which
-// runs when the client closes after the same completion.
+// awaitPeerDone is write-lat's end of test: it keeps the QP answering
+// until the peer is done with it. The server sees the client's last WRITE
+// land before the client has the ACK for it; closing the device then
+// would leave a lost ACK (or a retransmitted WRITE) unanswered and fail
+// the client's last WRITE. The client closes the TCP connection only once
+// that WRITE has completed, which is what perftest does too (its client's
+// FIN follows the last ACK in testdata/rxe/write_lat.pcap), so the server
+// reads the connection until EOF before it closes the device.
+//
+// With -n the client has nothing to wait for: the server's last WRITE
+// completed before the client's last one was posted. With -D it has: each
+// end stops on its own clock, so the client may stop while the server's
+// answer to its last WRITE is on its way, and perftest's server, which
+// waits for that WRITE's completion without looking at its clock, would
+// spin until the retries run out (interop's write-lat-D-tbclient, on a
+// slow guest). So a timed client reads until the server's EOF too.
+// Both ends shut their side of the connection down first (perftest
+// ignores that), so two tbrdma ends each see the other's EOF at once.
+//
+// With -R there is no TCP connection: the server waits for the client's
+// rdma_cm disconnect, which runs when the client closes after the same
+// completion; a timed client does not wait (two tbrdma ends would each
+// wait for the other's disconnect).
 func (t *perftest) awaitPeerDone(ctx context.Context) error {
-	if t.o.Peer != "" {
+	client := t.o.Peer != ""
+	if client && t.o.Duration == 0 {
 		return nil
 	}
 	if t.oob == nil {
-		if t.cm != nil {
+		if t.cm != nil && !client {
 			t.cm.awaitDisconnect(ctx, peerDoneTimeout)
 		}
 		return nil
 	}
+	closeWrite(t.oob) // an error leaves the wait to the deadline
 	t.oob.SetReadDeadline(time.Now().Add(peerDoneTimeout))
 	var b [64]byte
 	for {
@@ -264,11 +279,27 @@ func (t *perftest) awaitPeerDone(ctx context.Context) error {
 				return ctx.Err()
 			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				fmt.Fprintf(t.o.IO.ErrOut, "tbrdma: the client did not close the connection within %v of its last WRITE; closing anyway\n", peerDoneTimeout)
+				peer, what := "client", "its last WRITE"
+				if client {
+					peer, what = "server", "the run's end"
+				}
+				fmt.Fprintf(t.o.IO.ErrOut, "tbrdma: the %s did not close the connection within %v of %s; closing anyway\n", peer, peerDoneTimeout, what)
 			}
-			return nil // EOF: the client is done
+			return nil // EOF: the peer is done
 		}
 	}
+}
+
+// writeCloser is a connection that shuts its sending side down alone
+// (*net.TCPConn: a FIN, the receiving side stays open).
+type writeCloser interface{ CloseWrite() error }
+
+// closeWrite shuts c's sending side down, if c can.
+func closeWrite(c net.Conn) error {
+	if w, ok := c.(writeCloser); ok {
+		return w.CloseWrite()
+	}
+	return nil
 }
 
 // side is "server" or "client", for perftest's error messages.

@@ -261,6 +261,10 @@ type prefixConn struct {
 
 func (p *prefixConn) Read(b []byte) (int, error) { return p.r.Read(b) }
 
+// CloseWrite is the connection's own (a TCP half-close), for write-lat's
+// end (awaitPeerDone).
+func (p *prefixConn) CloseWrite() error { return closeWrite(p.Conn) }
+
 // oobServer hosts the tests on one served device. Clients run at the same
 // time, each with a PD, CQ, QP and MR of its own on the shared device.
 type oobServer struct {
