@@ -405,51 +405,60 @@ func (a *ackSeen) WriteBatch(msgs []transport.Message) (int, error) {
 
 // TestWriteLatTimedClientWaitsForServer: a timed write-lat client whose
 // clock ends while the server's answer to its last WRITE is on the way
-// keeps its QP answering until the server is done, so that WRITE is
-// acknowledged. Stock perftest's server waits for that completion without
-// looking at its clock: a client gone at once left it retrying until the
-// retries ran out (interop's write-lat-D-tbclient against a slow guest).
-// Here the server runs longer than the client (-D 2 and 1: a client
-// without tbrdma's test hint, as a stock one, is not held to the server's
-// -D) and its WRITEs leave 400 ms late, so the client's run ends in the
-// middle of its third wait for one (0.8-1.2 s), and the server's run is
-// not over. The server's ACK timeout (--qp-timeout 18, 1.07 s) is far
-// above the delay.
+// keeps its QP answering until that WRITE is acknowledged. Stock
+// perftest's server waits for that completion without looking at its
+// clock: a client gone at once left it retrying until the retries ran out
+// (interop's write-lat-D-tbclient against a slow guest). Over TCP the
+// client waits for the server to close the connection; with -R, for the
+// answer itself (perf.Loop.AwaitAnswer). Here the server runs longer than
+// the client (-D 2 and 1: a client without tbrdma's test hint, as a stock
+// one, is not held to the server's -D) and its WRITEs leave 400 ms late,
+// so the client's run ends in the middle of its third wait for one
+// (0.8-1.2 s), and the server's run is not over. The server's ACK timeout
+// (--qp-timeout 18, 1.07 s) is far above the delay.
 func TestWriteLatTimedClientWaitsForServer(t *testing.T) {
 	if raceEnabled {
 		t.Skip("write-lat polls memory the engine writes: a data race by design, as in perftest")
 	}
-	sa, ca := loopbackAddr(), loopbackAddr()
-	sf, so1, se1 := testFactory()
-	cf, co1, ce1 := testFactory()
-	slow := &slowWrites{delay: 400 * time.Millisecond}
-	slow.last.Store(-1)
-	sf.OpenDevice = func(a netip.Addr) (*verbs.Context, error) {
-		return openDeviceWith(a, nil, func(c transport.Conn) transport.Conn { slow.Conn = c; return slow })
-	}
-	acks := &ackSeen{}
-	acks.last.Store(-1)
-	cf.OpenDevice = func(a netip.Addr) (*verbs.Context, error) {
-		return openDeviceWith(a, nil, func(c transport.Conn) transport.Conn { acks.Conn = c; return acks })
-	}
-	so := parsePerftest(t, sf, writeLatTest, "--bind", sa.String(), "-p", "0", "-D", "2", "-s", "32", "--qp-timeout", "18")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	port, serrc := startServer(t, ctx, so)
-	co := parsePerftest(t, cf, writeLatTest, "--bind", ca.String(), "-p", itoa(port), "-D", "1", "-s", "32", sa.String())
-	co.wrapConn = func(c net.Conn) net.Conn { return &noHintConn{Conn: c} }
-	cerr := runPerftest(ctx, co)
-	serr := <-serrc
-	if cerr != nil || serr != nil {
-		t.Fatalf("client: %v; server: %v\nclient stderr: %s\nserver stderr: %s", cerr, serr, ce1, se1)
-	}
-	latDurIters(t, "client", co1.String(), 32)
-	latDurIters(t, "server", so1.String(), 32)
-	w, a := slow.last.Load(), acks.last.Load()
-	if w < 0 || a < 0 || (uint32(a)-uint32(w))&0xffffff >= 1<<23 {
-		t.Errorf("the server's last WRITE (PSN %#x) was not acknowledged (the client's last ACK: PSN %#x): the client stopped answering before the server was done", w, a)
-	}
-	if s := ce1.String() + se1.String(); s != "" {
-		t.Errorf("stderr: %s", s)
+	for _, cm := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tcp", true: "rdma_cm"}[cm], func(t *testing.T) {
+			sa, ca := loopbackAddr(), loopbackAddr()
+			sf, so1, se1 := testFactory()
+			cf, co1, ce1 := testFactory()
+			slow := &slowWrites{delay: 400 * time.Millisecond}
+			slow.last.Store(-1)
+			sf.OpenDevice = func(a netip.Addr) (*verbs.Context, error) {
+				return openDeviceWith(a, nil, func(c transport.Conn) transport.Conn { slow.Conn = c; return slow })
+			}
+			acks := &ackSeen{}
+			acks.last.Store(-1)
+			cf.OpenDevice = func(a netip.Addr) (*verbs.Context, error) {
+				return openDeviceWith(a, nil, func(c transport.Conn) transport.Conn { acks.Conn = c; return acks })
+			}
+			var r []string
+			if cm {
+				r = []string{"-R"}
+			}
+			so := parsePerftest(t, sf, writeLatTest, append(r, "--bind", sa.String(), "-p", "0", "-D", "2", "-s", "32", "--qp-timeout", "18")...)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			port, serrc := startServer(t, ctx, so)
+			co := parsePerftest(t, cf, writeLatTest, append(r, "--bind", ca.String(), "-p", itoa(port), "-D", "1", "-s", "32", sa.String())...)
+			co.wrapConn = func(c net.Conn) net.Conn { return &noHintConn{Conn: c} }
+			cerr := runPerftest(ctx, co)
+			serr := <-serrc
+			if cerr != nil || serr != nil {
+				t.Fatalf("client: %v; server: %v\nclient stderr: %s\nserver stderr: %s", cerr, serr, ce1, se1)
+			}
+			latDurIters(t, "client", co1.String(), 32)
+			latDurIters(t, "server", so1.String(), 32)
+			w, a := slow.last.Load(), acks.last.Load()
+			if w < 0 || a < 0 || (uint32(a)-uint32(w))&0xffffff >= 1<<23 {
+				t.Errorf("the server's last WRITE (PSN %#x) was not acknowledged (the client's last ACK: PSN %#x): the client stopped answering before the server was done", w, a)
+			}
+			if s := ce1.String() + se1.String(); s != "" {
+				t.Errorf("stderr: %s", s)
+			}
+		})
 	}
 }

@@ -257,15 +257,20 @@ const peerDoneTimeout = 10 * time.Second
 //
 // With -R there is no TCP connection: the server waits for the client's
 // rdma_cm disconnect, which runs when the client closes after the same
-// completion; a timed client does not wait (two tbrdma ends would each
-// wait for the other's disconnect).
+// completion. A timed client cannot wait for the server's disconnect (two
+// tbrdma ends would each wait for the other's): it waits, bounded by a few
+// of the run's round trips, for the answer to its last WRITE if that was
+// due when its run ended (perf.Loop.AwaitAnswer).
 func (t *perftest) awaitPeerDone(ctx context.Context) error {
 	client := t.o.Peer != ""
 	if client && t.o.Duration == 0 {
 		return nil
 	}
 	if t.oob == nil {
-		if t.cm != nil && !client {
+		switch {
+		case client:
+			t.loop.AwaitAnswer(ctx)
+		case t.cm != nil:
 			t.cm.awaitDisconnect(ctx, peerDoneTimeout)
 		}
 		return nil

@@ -45,23 +45,33 @@ func (l *Loop) writeLatTimed(ctx context.Context, wr verbs.SendWR, size int) (La
 	wctx, cancel := l.untilEnd(ctx, win)
 	defer cancel()
 	var n uint64
+	var posted time.Time
+	var rtt time.Duration // the longest round trip seen
+	l.due = nil
 	for scnt, rcnt := 0, 0; ; {
 		if !(scnt == 0 && l.Server) {
 			rcnt++
 			err := l.waitByte(wctx, poll, byte(rcnt))
 			if runOver(wctx, err) {
+				if scnt > 0 {
+					l.due = &answerDue{off: poll, want: byte(rcnt), rtt: rtt}
+				}
 				break
 			}
 			if err != nil {
 				return LatStats{}, silentPeer(ctx, l.ErrOut, l.Name, l.QP, err)
 			}
 			seen.Add(1)
+			if scnt > 0 {
+				rtt = max(rtt, l.Now().Sub(posted))
+			}
 		}
 		if win.over(l.Now()) {
 			break
 		}
 		scnt++
 		l.Buf[size-1] = byte(scnt) // the previous WRITE has completed
+		posted = l.Now()
 		if _, err := l.QP.PostSend(wr); err != nil {
 			return LatStats{}, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
 		}
@@ -81,6 +91,43 @@ func (l *Loop) writeLatTimed(ctx context.Context, wr verbs.SendWR, size int) (La
 		}
 	}
 	return DurationLatency(size, n, win.to.Sub(win.from), 2), nil
+}
+
+// answerDue is the peer's answer to a timed write-lat's last WRITE, still
+// due when the run ended: the byte of the buffer it sets and its value,
+// and the longest round trip of the run.
+type answerDue struct {
+	off  int
+	want byte
+	rtt  time.Duration
+}
+
+// Bounds of AwaitAnswer's wait: answerWaitRTTs round trips of the run's
+// longest, at least answerWaitMin, at most answerWaitMax.
+const (
+	answerWaitRTTs = 8
+	answerWaitMin  = 20 * time.Millisecond
+	answerWaitMax  = 2 * time.Second
+)
+
+// AwaitAnswer is the end of a timed write-lat whose peer is not known to
+// be done (with -R no TCP connection says so): if the run ended while the
+// peer's answer to the last WRITE was due, it waits for that answer to
+// land, so that the engine acknowledges it before the QP closes, for at
+// most answerWaitRTTs of the run's longest round trip (a peer whose own
+// run ended first sends none). perftest's server waits for its WRITE's
+// completion without looking at its clock: unacknowledged, it would retry
+// until its retries run out. It reports whether the answer came.
+func (l *Loop) AwaitAnswer(ctx context.Context) bool {
+	d := l.due
+	if d == nil {
+		return false
+	}
+	l.due = nil
+	wait := min(max(answerWaitRTTs*d.rtt, answerWaitMin), answerWaitMax)
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return l.waitByte(ctx, d.off, d.want) == nil
 }
 
 // sendLatTimed is SendLat in duration mode: as perftest's, each side's

@@ -87,8 +87,9 @@ type Loop struct {
 	// has come for a whole period (after one to two periods).
 	AliveCheck time.Duration
 
-	rs   recvState // SEND tests: the receive queue
-	sent int       // SEND tests: send completions seen
+	rs   recvState  // SEND tests: the receive queue
+	sent int        // SEND tests: send completions seen
+	due  *answerDue // timed write-lat: the peer's answer still due at the end
 }
 
 // UDPeer is where a UD QP's SENDs go: the peer QP's address handle and
