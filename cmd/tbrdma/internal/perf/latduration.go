@@ -62,16 +62,17 @@ func (l *Loop) writeLatTimed(ctx context.Context, wr verbs.SendWR, size int) (La
 				return LatStats{}, silentPeer(ctx, l.ErrOut, l.Name, l.QP, err)
 			}
 			seen.Add(1)
-			if scnt > 0 {
-				rtt = max(rtt, l.Now().Sub(posted))
-			}
 		}
-		if win.over(l.Now()) {
+		at := l.Now() // one clock read per round trip for both uses
+		if scnt > 0 {
+			rtt = max(rtt, at.Sub(posted))
+		}
+		if win.over(at) {
 			break
 		}
 		scnt++
 		l.Buf[size-1] = byte(scnt) // the previous WRITE has completed
-		posted = l.Now()
+		posted = at
 		if _, err := l.QP.PostSend(wr); err != nil {
 			return LatStats{}, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
 		}
